@@ -1,0 +1,222 @@
+"""Cluster presets: how many nodes of which GPU, linked how.
+
+One TOML file per cluster in presets/clusters/ (see docs/clusters.md for every key). Loading validates the file into
+the typed dataclasses below; every error names the file and the key. `apply_overrides` implements `--set key=value`
+for any field (e.g. `net.inter_node_gbps=100`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import PresetError
+from .gpus import GPUSpec, load_gpu
+from .paths import presets_dir
+from .tomlconf import build, read_toml, to_table
+
+INTRA_KINDS = ("nvswitch", "nvlink-mesh", "pcie")
+NET_TOPOLOGIES = ("rail-leaf-spine", "leaf-spine", "single-switch")
+
+
+@dataclass
+class IntraSpec:
+    """The fabric inside one node."""
+    kind: str = "nvswitch"                 # nvswitch | nvlink-mesh | pcie
+    nvlink_links_per_gpu: int = 0          # NVLink links of each GPU (to the switches, or spread over its mesh peers)
+    nvlink_link_gbyte_per_s: float = 20.6  # achievable GB/s per link and direction (NCCL topo.h: SM80 20.0, SM90 20.6)
+    pcie_gbyte_per_s: float = 24.0         # achievable GB/s per direction between a GPU and its PCIe switch
+    hop_latency_us: float = 0.0            # per-hop latency added to point-to-point flows
+
+    def validate(self) -> None:
+        if self.kind not in INTRA_KINDS:
+            raise PresetError(f"'{self.kind}' is not one of {', '.join(INTRA_KINDS)}", key="intra.kind")
+        if self.kind != "pcie" and self.nvlink_links_per_gpu <= 0:
+            raise PresetError(f"an {self.kind} node needs nvlink_links_per_gpu > 0", key="intra.nvlink_links_per_gpu")
+        if self.nvlink_link_gbyte_per_s <= 0 or self.pcie_gbyte_per_s <= 0:
+            raise PresetError("bandwidths must be positive", key="intra")
+
+    @property
+    def gpu_nvlink_bytes_per_s(self) -> float:
+        return self.nvlink_links_per_gpu * self.nvlink_link_gbyte_per_s * 1e9
+
+
+@dataclass
+class NetSpec:
+    """The scale-out network between nodes."""
+    nics_per_node: int = 0                 # 0 for a single-node cluster
+    inter_node_gbps: float = 400.0         # line rate of each NIC, Gb/s
+    nic_efficiency: float = 0.96           # achievable fraction of line rate (NCCL topo.h: 12 GB/s per 100 Gb/s)
+    topology: str = "rail-leaf-spine"      # rail-leaf-spine | leaf-spine | single-switch
+    nodes_per_leaf: int = 32               # nodes under one leaf switch (per rail for rail-leaf-spine)
+    spines: int = 8                        # spine switches; every leaf has one uplink to each
+    oversubscription: float = 1.0          # leaf downlink : uplink bandwidth ratio (1.0 = non-blocking)
+    hop_latency_us: float = 1.0            # per switch hop, added to point-to-point flows
+
+    def validate(self) -> None:
+        if self.topology not in NET_TOPOLOGIES:
+            raise PresetError(f"'{self.topology}' is not one of {', '.join(NET_TOPOLOGIES)}", key="net.topology")
+        if self.nics_per_node < 0:
+            raise PresetError("must be >= 0", key="net.nics_per_node")
+        if self.inter_node_gbps <= 0:
+            raise PresetError("must be positive", key="net.inter_node_gbps")
+        if not 0 < self.nic_efficiency <= 1:
+            raise PresetError("must be in (0, 1]", key="net.nic_efficiency")
+        if self.oversubscription < 1:
+            raise PresetError("must be >= 1 (1 is non-blocking)", key="net.oversubscription")
+        if self.nodes_per_leaf < 1 or self.spines < 1:
+            raise PresetError("must be >= 1", key="net.nodes_per_leaf")
+
+    @property
+    def nic_bytes_per_s(self) -> float:
+        return self.inter_node_gbps / 8 * 1e9 * self.nic_efficiency
+
+
+@dataclass
+class HostSpec:
+    """The CPU side of each rank."""
+    launch_overhead_us: float = 4.0        # CPU time the runtime spends per kernel launch
+    cpu_time_scale: float = 1.0            # measured framework CPU time is multiplied by this (slower/faster hosts)
+
+
+@dataclass
+class NcclSpec:
+    """Knobs of the collective model (NCCL_ALGO / NCCL_PROTO equivalents)."""
+    algorithms: list[str] = field(default_factory=lambda: ["ring", "tree"])
+    protocols: list[str] = field(default_factory=lambda: ["LL", "LL128", "Simple"])
+    channels: int = 0                      # NCCL channels used for its bandwidth caps; 0 = derived from the topology
+
+    def validate(self) -> None:
+        for a in self.algorithms:
+            if a not in ("ring", "tree"):
+                raise PresetError(f"unknown algorithm '{a}' (ring, tree)", key="nccl.algorithms")
+        for p in self.protocols:
+            if p not in ("LL", "LL128", "Simple"):
+                raise PresetError(f"unknown protocol '{p}' (LL, LL128, Simple)", key="nccl.protocols")
+        if not self.algorithms or not self.protocols:
+            raise PresetError("at least one algorithm and one protocol", key="nccl")
+
+
+@dataclass
+class ClusterSpec:
+    name: str
+    gpu: str                               # GPU preset name
+    gpus_per_node: int
+    nodes: int = 1
+    description: str = ""
+    intra: IntraSpec = field(default_factory=IntraSpec)
+    net: NetSpec = field(default_factory=NetSpec)
+    host: HostSpec = field(default_factory=HostSpec)
+    nccl: NcclSpec = field(default_factory=NcclSpec)
+    vram_gib: float = 0.0                  # overrides the GPU preset's memory when > 0
+    source: str = ""                       # where the topology figures come from
+
+    def validate(self) -> None:
+        if self.nodes < 1:
+            raise PresetError("must be >= 1", key="nodes")
+        if self.gpus_per_node < 1:
+            raise PresetError("must be >= 1", key="gpus_per_node")
+        if self.nodes > 1 and self.net.nics_per_node < 1:
+            raise PresetError("a multi-node cluster needs net.nics_per_node >= 1", key="net.nics_per_node")
+        if self.net.nics_per_node > 0 and self.gpus_per_node % self.net.nics_per_node and \
+                self.net.nics_per_node % self.gpus_per_node:
+            raise PresetError("gpus_per_node and nics_per_node must divide one another", key="net.nics_per_node")
+        if self.intra.kind == "nvlink-mesh" and self.gpus_per_node > 8:
+            raise PresetError("an NVLink mesh holds at most 8 GPUs", key="gpus_per_node")
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    def gpu_spec(self) -> GPUSpec:
+        return load_gpu(self.gpu)
+
+    def vram_bytes(self) -> int:
+        if self.vram_gib > 0:
+            return int(self.vram_gib * 2**30)
+        return self.gpu_spec().memory_bytes
+
+    def node_of(self, rank: int) -> int:
+        return rank // self.gpus_per_node
+
+    def to_table(self) -> dict[str, Any]:
+        return to_table(self)
+
+
+def cluster_dir() -> Path:
+    return presets_dir() / "clusters"
+
+
+def list_clusters() -> list[str]:
+    return sorted(p.stem for p in cluster_dir().glob("*.toml"))
+
+
+def load_cluster(name_or_path: str, *, nodes: int | None = None, gpus_per_node: int | None = None,
+                 gpu: str | None = None, overrides: list[str] | tuple[str, ...] = ()) -> ClusterSpec:
+    """A cluster preset by name or TOML path, with command-line overrides applied and the result validated."""
+    p = Path(name_or_path)
+    if p.suffix == ".toml":
+        if not p.exists():
+            raise PresetError("file not found", file=str(p))
+        path = p
+    else:
+        path = cluster_dir() / f"{name_or_path}.toml"
+        if not path.exists():
+            raise PresetError(f"unknown cluster preset '{name_or_path}'; known: {', '.join(list_clusters())}")
+    table = read_toml(path)
+    spec = build(ClusterSpec, table, file=str(path))
+    changes: list[str] = list(overrides)
+    if nodes is not None:
+        changes.append(f"nodes={nodes}")
+    if gpus_per_node is not None:
+        changes.append(f"gpus_per_node={gpus_per_node}")
+    if gpu is not None:
+        changes.append(f"gpu={gpu!r}" if not gpu.startswith(("'", '"')) else f"gpu={gpu}")
+    if changes:
+        spec = apply_overrides(spec, changes, origin=str(path))
+    spec.gpu_spec()  # the GPU must exist
+    return spec
+
+
+def cluster_from_table(table: dict[str, Any], origin: str = "<table>") -> ClusterSpec:
+    """A cluster from a plain table (as stored in a trace's metadata)."""
+    return build(ClusterSpec, table, file=origin)
+
+
+def _parse_value(text: str) -> Any:
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text  # a bare word is a string
+
+
+def apply_overrides(spec: ClusterSpec, assignments: list[str] | tuple[str, ...], origin: str = "--set") -> ClusterSpec:
+    """Apply `key=value` assignments (dotted keys reach nested tables) and re-validate."""
+    table = spec.to_table()
+    for item in assignments:
+        if "=" not in item:
+            raise PresetError(f"'{item}' is not key=value", file="--set")
+        key, _, raw = item.partition("=")
+        key = key.strip()
+        parts = key.split(".")
+        node: Any = table
+        for i, part in enumerate(parts[:-1]):
+            if not isinstance(node, dict) or part not in node or not isinstance(node[part], dict):
+                raise PresetError(f"no such table '{'.'.join(parts[:i + 1])}'", file="--set", key=key)
+            node = node[part]
+        leaf = parts[-1]
+        if leaf not in node:
+            known = ", ".join(sorted(k if not isinstance(v, dict) else k + ".*" for k, v in node.items()))
+            raise PresetError(f"no such field (known here: {known})", file="--set", key=key)
+        value = _parse_value(raw.strip())
+        if isinstance(node[leaf], float) and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        node[leaf] = value
+    return build(ClusterSpec, table, file=f"{origin} with --set")
+
+
+def replace(spec: ClusterSpec, **changes: Any) -> ClusterSpec:
+    return dataclasses.replace(spec, **changes)

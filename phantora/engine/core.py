@@ -1,0 +1,537 @@
+"""The discrete-event simulation engine: one code path for live runs and for replay.
+
+Per rank: a CPU clock, GPU streams executing in FIFO order, events (record / wait across streams), host syncs and a
+caching-allocator model. Across ranks: collectives rendezvous over the members of their group and put their flows on
+one shared network, so concurrent collectives contend; point-to-point sends and receives are matched per pair.
+
+Time management is conservative. A rank's CPU runs ahead freely (issuing kernels only queues work) and stops at host
+syncs. When every rank is stopped, or starved of input in a live run, the earliest pending network event is safe to
+process: any later submission happens at or after the time of the event that unblocks it, and a starved rank can
+submit nothing earlier than its CPU clock. Results therefore never depend on the order in which ranks report, and
+ties are broken by sequence numbers: the engine is deterministic.
+
+Representative ranks: only some ranks may be simulated; `rank_map[r]` names the simulated rank that rank r mirrors.
+Groups holding a simulated rank rendezvous over their simulated members and carry every member's flows. Groups with no
+simulated member mirror the group that is their image under `rank_map`: each of their collectives starts with the
+matching collective of that group, so mirrored ranks still load the network.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+from ..cluster import ClusterSpec
+from ..errors import SimulationError
+from ..net.network import Network
+from .allocator import CachingAllocator, OutOfMemory
+from .ops import Memcpy, Op, OpKind
+
+INF = math.inf
+K = OpKind
+
+
+@dataclass
+class Group:
+    gid: int
+    ranks: tuple[int, ...]
+    name: str = ""
+    simulated: tuple[int, ...] = ()
+    mirror_of: int | None = None          # for shadow groups: the live group they mirror
+    shadows: list[int] = field(default_factory=list)
+
+
+class _Event:
+    """One recording of a CUDA event; resolved when the stream reaches the record."""
+    __slots__ = ("time", "waiters")
+
+    def __init__(self):
+        self.time: float | None = None
+        self.waiters: list = []
+
+
+class _Stream:
+    __slots__ = ("sid", "tail", "blocked", "pending")
+
+    def __init__(self, sid: int, t: float):
+        self.sid = sid
+        self.tail = t
+        self.blocked = False
+        self.pending: deque = deque()
+
+
+class _Rank:
+    def __init__(self, rank: int, capacity: int):
+        self.rank = rank
+        self.cpu = 0.0
+        self.queue: deque = deque()
+        self.closed = False
+        self.index = 0
+        self.streams: dict[int, _Stream] = {}
+        self.events: dict[int, _Event] = {}
+        self.waiting: tuple | None = None
+        self.wait_index = -1
+        self.wait_op: Op | None = None
+        self.group_seq: dict[int, int] = {}
+        self.p2p_seq: dict[tuple[int, int, int], int] = {}
+        self.batch: list | None = None
+        self.allocator = CachingAllocator(capacity)
+        self.iterations: list[float] = []
+        self.last_op: tuple[int, Op] | None = None
+
+    def stream(self, sid: int) -> _Stream:
+        st = self.streams.get(sid)
+        if st is None:
+            st = self.streams[sid] = _Stream(sid, self.cpu)
+        return st
+
+
+@dataclass
+class _Coll:
+    cid: int
+    key: tuple
+    group: Group
+    name: str
+    nbytes: int
+    root: int
+    arrived: dict = field(default_factory=dict)      # rank -> (ready time, stream, item)
+    start: float = INF
+    plan: object = None
+    shadow: bool = False
+
+
+Sink = Callable[[int, int, Op, float, float, float, int], None]
+
+
+class Engine:
+    """Simulates op streams of the ranks of one cluster.
+
+    sink(rank, index, op, issue, start, end, coll_id) receives every op once its times are known (any order).
+    on_sync(rank, index, cpu_time) is called when a blocking op of a rank completes (live runs answer the rank then).
+    """
+
+    def __init__(self, spec: ClusterSpec, *, simulated: Iterable[int] | None = None,
+                 rank_map: list[int] | None = None, sink: Sink | None = None,
+                 on_sync: Callable[[int, int, float], None] | None = None,
+                 launch_overhead_s: float | None = None, cpu_time_scale: float | None = None,
+                 vram_bytes: int | None = None, algo: str | None = None, proto: str | None = None):
+        self.spec = spec
+        self.world_size = spec.world_size
+        self.net = Network(spec)
+        sim = sorted(set(simulated)) if simulated is not None else list(range(self.world_size))
+        self.rank_map = list(rank_map) if rank_map is not None else list(range(self.world_size))
+        if len(self.rank_map) != self.world_size:
+            raise SimulationError(f"rank map has {len(self.rank_map)} entries for a world of {self.world_size}")
+        for r in sim:
+            if self.rank_map[r] != r:
+                raise SimulationError(f"simulated rank {r} must map to itself in the rank map")
+        capacity = vram_bytes if vram_bytes is not None else spec.vram_bytes()
+        self.ranks: dict[int, _Rank] = {r: _Rank(r, capacity) for r in sim}
+        self.sink = sink or (lambda *a: None)
+        self.on_sync = on_sync or (lambda *a: None)
+        self.launch = spec.host.launch_overhead_us * 1e-6 if launch_overhead_s is None else launch_overhead_s
+        self.cpu_scale = spec.host.cpu_time_scale if cpu_time_scale is None else cpu_time_scale
+        self.algo, self.proto = algo, proto
+        self.groups: dict[int, Group] = {}
+        self._colls: dict[tuple, _Coll] = {}
+        self._by_cid: dict[int, _Coll] = {}
+        self._starts: list = []                    # heap of (t, seq, cid)
+        self._seq = itertools.count()
+        self._cid = itertools.count()
+        self._p2p: dict[tuple, dict] = {}          # (gid, src, dst, seq) -> {"send": ..., "recv": ...}
+        self._runnable: set[int] = set(sim)
+        self.collectives: list[dict] = []          # finished collectives (for traces and reports)
+        self.ooms: list[tuple[int, int, OutOfMemory]] = []
+        self.add_group(0, tuple(range(self.world_size)), "world")
+
+    # ------------------------------------------------------------------------------------------------ setup
+    def add_group(self, gid: int, ranks: Iterable[int], name: str = "") -> None:
+        ranks = tuple(ranks)
+        for r in ranks:
+            if not 0 <= r < self.world_size:
+                raise SimulationError(f"group {gid} ({name}) names rank {r} outside the world of {self.world_size}")
+        if gid in self.groups:
+            if self.groups[gid].ranks != ranks:
+                raise SimulationError(f"group {gid} redefined with other ranks: {self.groups[gid].ranks} vs {ranks}")
+            return
+        g = Group(gid, ranks, name, tuple(r for r in ranks if r in self.ranks))
+        if not g.simulated:
+            image = tuple(self.rank_map[r] for r in ranks)
+            live = [h for h in self.groups.values() if h.simulated and h.ranks == image]
+            # the i-th shadow group with this image mirrors the i-th live group with it
+            used = sum(1 for h in self.groups.values() if h.mirror_of is not None and
+                       tuple(self.rank_map[r] for r in h.ranks) == image)
+            if used < len(live):
+                g.mirror_of = live[used].gid
+                live[used].shadows.append(gid)
+        self.groups[gid] = g
+
+    # ------------------------------------------------------------------------------------------------ input
+    def feed(self, rank: int, ops: Iterable[Op]) -> None:
+        rs = self.ranks[rank]
+        rs.queue.extend(ops)
+        if rs.waiting is None:
+            self._runnable.add(rank)
+
+    def close(self, rank: int) -> None:
+        self.ranks[rank].closed = True
+
+    # ------------------------------------------------------------------------------------------------ main loop
+    def run(self) -> bool:
+        """Simulate as far as the input allows. Returns True when every rank has finished all its ops."""
+        while True:
+            while self._runnable:
+                for r in sorted(self._runnable):
+                    self._runnable.discard(r)
+                    self._run_rank(self.ranks[r])
+            horizon = min((rs.cpu for rs in self.ranks.values()
+                           if rs.waiting is None and not rs.queue and not rs.closed), default=INF)
+            t_start = self._starts[0][0] if self._starts else INF
+            t_net = self.net.next_event_time()
+            t = min(t_start, t_net)
+            if t == INF or t > horizon:
+                break
+            self._advance(t)
+            if t_start <= t:
+                while self._starts and self._starts[0][0] <= t:
+                    _, _, cid = heapq.heappop(self._starts)
+                    coll = self._by_cid[cid]
+                    if coll.key[0] == "p2p":
+                        self._advance(coll.start)
+                        self._start_p2p_flows(coll)
+                    else:
+                        self._start_collective(coll)
+        done = all(rs.closed and not rs.queue and rs.waiting is None and self._streams_idle(rs)
+                   for rs in self.ranks.values())
+        if not done and all(rs.closed and not rs.queue for rs in self.ranks.values()) \
+                and not self._starts and self.net.sim.idle:
+            raise SimulationError(self._deadlock_report())
+        return done
+
+    def _advance(self, t: float) -> None:
+        for tag, t_end in self.net.advance_to(t):
+            coll = self._by_cid.pop(tag, None)
+            if coll is None or coll.shadow:
+                continue
+            if coll.key[0] == "p2p":
+                self._finish_p2p(coll, t_end)
+            else:
+                self._finish_collective(coll, t_end)
+
+    # ------------------------------------------------------------------------------------------------ CPU side
+    def _run_rank(self, rs: _Rank) -> None:
+        q = rs.queue
+        launch = self.launch
+        scale = self.cpu_scale
+        while rs.waiting is None and q:
+            op = q.popleft()
+            idx = rs.index
+            rs.index += 1
+            rs.last_op = (idx, op)
+            rs.cpu += op.cpu_delta * scale
+            k = op.kind
+            if k == K.KERNEL or k == K.MEMCPY:
+                rs.cpu += launch
+                self._push(rs, op.stream, (idx, op, rs.cpu, None))
+                if k == K.MEMCPY and op.arg == Memcpy.D2H:
+                    self._block(rs, ("stream", op.stream), idx, op)
+            elif k == K.COLLECTIVE:
+                rs.cpu += launch
+                seq = rs.group_seq.get(op.group, 0)
+                rs.group_seq[op.group] = seq + 1
+                self._push(rs, op.stream, (idx, op, rs.cpu, seq))
+            elif k == K.SEND or k == K.RECV:
+                item = self._p2p_item(rs, idx, op)
+                if rs.batch is not None:
+                    rs.batch.append(item)
+                else:
+                    rs.cpu += launch
+                    self._push(rs, op.stream, (idx, op, rs.cpu, [item]))
+            elif k == K.GROUP_START:
+                rs.batch = []
+            elif k == K.GROUP_END:
+                batch, rs.batch = rs.batch or [], None
+                if batch:
+                    rs.cpu += launch
+                    first = batch[0][1]
+                    self._push(rs, first.stream, (idx, op, rs.cpu, batch))
+                else:
+                    self.sink(rs.rank, idx, op, rs.cpu, rs.cpu, rs.cpu, -1)
+            elif k == K.EVENT_RECORD:
+                ev = rs.events[op.arg] = _Event()
+                self._push(rs, op.stream, (idx, op, rs.cpu, ev))
+            elif k == K.STREAM_WAIT:
+                self._push(rs, op.stream, (idx, op, rs.cpu, rs.events.get(op.arg)))
+            elif k == K.SYNC_DEVICE:
+                self._block(rs, ("device",), idx, op)
+            elif k == K.SYNC_STREAM:
+                self._block(rs, ("stream", op.stream), idx, op)
+            elif k == K.SYNC_EVENT:
+                self._block(rs, ("event", rs.events.get(op.arg)), idx, op)
+            elif k == K.ALLOC:
+                try:
+                    rs.allocator.alloc(op.arg, op.nbytes)
+                except OutOfMemory as exc:
+                    self.ooms.append((rs.rank, idx, exc))
+                self.sink(rs.rank, idx, op, rs.cpu, rs.cpu, rs.cpu, -1)
+            elif k == K.FREE:
+                rs.allocator.free(op.arg)
+                self.sink(rs.rank, idx, op, rs.cpu, rs.cpu, rs.cpu, -1)
+            elif k == K.ITER_MARK:
+                rs.iterations.append(rs.cpu)
+                self.sink(rs.rank, idx, op, rs.cpu, rs.cpu, rs.cpu, -1)
+            else:  # CPU
+                self.sink(rs.rank, idx, op, rs.cpu, rs.cpu, rs.cpu, -1)
+
+    def _block(self, rs: _Rank, what: tuple, idx: int, op: Op) -> None:
+        rs.waiting = what
+        rs.wait_index = idx
+        rs.wait_op = op
+        self._check_wait(rs)
+
+    def _check_wait(self, rs: _Rank) -> None:
+        w = rs.waiting
+        if w is None:
+            return
+        if w[0] == "device":
+            if not self._streams_idle(rs):
+                return
+            t = max([rs.cpu] + [st.tail for st in rs.streams.values()])
+        elif w[0] == "stream":
+            st = rs.streams.get(w[1])
+            if st is not None and (st.blocked or st.pending):
+                return
+            t = max(rs.cpu, st.tail if st is not None else 0.0)
+        else:
+            ev = w[1]
+            if ev is not None and ev.time is None:
+                return
+            t = max(rs.cpu, ev.time if ev is not None else 0.0)
+        issue = rs.cpu
+        rs.cpu = t
+        rs.waiting = None
+        op = rs.wait_op
+        if op.kind != K.MEMCPY:  # a D2H copy was reported with its stream; the sync itself is CPU-side
+            self.sink(rs.rank, rs.wait_index, op, issue, issue, t, -1)
+        self.on_sync(rs.rank, rs.wait_index, t)
+        self._runnable.add(rs.rank)
+
+    @staticmethod
+    def _streams_idle(rs: _Rank) -> bool:
+        return all(not st.blocked and not st.pending for st in rs.streams.values())
+
+    # ------------------------------------------------------------------------------------------------ GPU side
+    def _push(self, rs: _Rank, sid: int, item: tuple) -> None:
+        st = rs.stream(sid)
+        if st.blocked or st.pending:
+            st.pending.append(item)
+        else:
+            self._exec(rs, st, item)
+
+    def _drain(self, rs: _Rank, st: _Stream) -> None:
+        while not st.blocked and st.pending:
+            self._exec(rs, st, st.pending.popleft())
+        if not st.blocked:
+            self._check_wait(rs)
+
+    def _exec(self, rs: _Rank, st: _Stream, item: tuple) -> None:
+        idx, op, issue, extra = item
+        k = op.kind
+        if k == K.KERNEL or k == K.MEMCPY:
+            start = issue if issue > st.tail else st.tail
+            st.tail = start + op.duration
+            self.sink(rs.rank, idx, op, issue, start, st.tail, -1)
+        elif k == K.EVENT_RECORD:
+            t = issue if issue > st.tail else st.tail
+            extra.time = t
+            self.sink(rs.rank, idx, op, issue, t, t, -1)
+            waiters, extra.waiters = extra.waiters, []
+            for wrs, wst, witem in waiters:
+                self._resolve_wait(wrs, wst, witem, t)
+            if rs.waiting is not None and rs.waiting[0] == "event":
+                self._check_wait(rs)
+        elif k == K.STREAM_WAIT:
+            if extra is None or extra.time is not None:
+                t = extra.time if extra is not None else st.tail
+                if t > st.tail:
+                    st.tail = t
+                self.sink(rs.rank, idx, op, issue, st.tail, st.tail, -1)
+            else:
+                st.blocked = True
+                extra.waiters.append((rs, st, item))
+        elif k == K.COLLECTIVE:
+            st.blocked = True
+            ready = issue if issue > st.tail else st.tail
+            self._arrive(rs, st, item, ready)
+        else:  # a batch of sends/receives (SEND, RECV or GROUP_END)
+            st.blocked = True
+            ready = issue if issue > st.tail else st.tail
+            self._p2p_arrive(rs, st, item, ready)
+
+    def _resolve_wait(self, rs: _Rank, st: _Stream, item: tuple, t: float) -> None:
+        idx, op, issue, _ = item
+        if t > st.tail:
+            st.tail = t
+        self.sink(rs.rank, idx, op, issue, st.tail, st.tail, -1)
+        st.blocked = False
+        self._drain(rs, st)
+
+    # ------------------------------------------------------------------------------------------------ collectives
+    def _arrive(self, rs: _Rank, st: _Stream, item: tuple, ready: float) -> None:
+        idx, op, issue, seq = item
+        g = self.groups.get(op.group)
+        if g is None:
+            raise SimulationError(f"rank {rs.rank} issued {op.name} on unknown process group {op.group}")
+        if rs.rank not in g.ranks:
+            raise SimulationError(f"rank {rs.rank} issued {op.name} on group {op.group} ({g.name}) it is not part of")
+        key = (op.group, seq)
+        coll = self._colls.get(key)
+        if coll is None:
+            coll = _Coll(next(self._cid), key, g, op.name, op.nbytes, op.arg)
+            self._colls[key] = coll
+        elif coll.name != op.name or coll.nbytes != op.nbytes:
+            first = next(iter(coll.arrived))
+            raise SimulationError(
+                f"mismatched collectives on group {op.group} ({g.name or 'unnamed'}), call #{seq + 1}: rank {first} "
+                f"issued {coll.name} of {coll.nbytes} B but rank {rs.rank} issued {op.name} of {op.nbytes} B")
+        coll.arrived[rs.rank] = (ready, st, item)
+        if len(coll.arrived) == len(g.simulated):
+            del self._colls[key]
+            coll.start = max(a[0] for a in coll.arrived.values())
+            self._by_cid[coll.cid] = coll
+            heapq.heappush(self._starts, (coll.start, next(self._seq), coll.cid))
+
+    def _start_collective(self, coll: _Coll) -> None:
+        self._advance(coll.start)
+        name = coll.name
+        op_name = "all_reduce" if name == "barrier" else name
+        plan = self.net.plan(op_name if name != "barrier" else "barrier", coll.group.ranks, coll.nbytes, coll.root,
+                             self.algo, self.proto)
+        coll.plan = plan
+        self.net.start(coll.cid, plan)
+        for sgid in coll.group.shadows:
+            sg = self.groups[sgid]
+            shadow = _Coll(next(self._cid), (sgid, coll.key[1]), sg, coll.name, coll.nbytes, coll.root,
+                           start=coll.start, shadow=True)
+            shadow.plan = self.net.plan(op_name if name != "barrier" else "barrier", sg.ranks, coll.nbytes, coll.root,
+                                        self.algo, self.proto)
+            self._by_cid[shadow.cid] = shadow
+            self.net.start(shadow.cid, shadow.plan)
+
+    def _finish_collective(self, coll: _Coll, t_end: float) -> None:
+        plan = coll.plan
+        self.collectives.append({"id": coll.cid, "name": coll.name, "group": coll.group.gid, "nbytes": coll.nbytes,
+                                 "root": coll.root, "algo": plan.algo if plan else "", "proto": plan.proto if plan else "",
+                                 "start": coll.start, "end": t_end})
+        for r in sorted(coll.arrived):
+            ready, st, item = coll.arrived[r]
+            idx, op, issue, _ = item
+            st.tail = t_end
+            st.blocked = False
+            self.sink(r, idx, op, issue, ready, t_end, coll.cid)
+        for r in sorted(coll.arrived):
+            rs = self.ranks[r]
+            self._drain(rs, coll.arrived[r][1])
+
+    # ------------------------------------------------------------------------------------------------ point-to-point
+    def _p2p_item(self, rs: _Rank, idx: int, op: Op) -> tuple:
+        g = self.groups.get(op.group)
+        if g is None:
+            raise SimulationError(f"rank {rs.rank} issued {OpKind(op.kind).name.lower()} on unknown group {op.group}")
+        if not 0 <= op.arg < len(g.ranks):
+            raise SimulationError(f"rank {rs.rank}: peer {op.arg} is outside group {op.group} of size {len(g.ranks)}")
+        peer = g.ranks[op.arg]
+        src, dst = (rs.rank, peer) if op.kind == K.SEND else (peer, rs.rank)
+        pk = (op.group, src, dst)
+        seq = rs.p2p_seq.get(pk, 0)
+        rs.p2p_seq[pk] = seq + 1
+        return (idx, op, (op.group, src, dst, seq))
+
+    def _p2p_arrive(self, rs: _Rank, st: _Stream, item: tuple, ready: float) -> None:
+        idx, op, issue, batch = item
+        state = {"rank": rs, "stream": st, "item": item, "ready": ready, "open": len(batch), "end": ready}
+        for sub_idx, sub_op, key in batch:
+            side = "send" if sub_op.kind == K.SEND else "recv"
+            entry = self._p2p.setdefault(key, {})
+            if side in entry:
+                raise SimulationError(f"rank {rs.rank}: duplicate {side} for transfer {key}")
+            entry[side] = (state, sub_idx, sub_op, ready)
+            peer = key[2] if side == "send" else key[1]
+            if peer not in self.ranks:
+                # the peer is mirrored: it posts its half at the same moment
+                entry["recv" if side == "send" else "send"] = (None, -1, sub_op, ready)
+            if "send" in entry and "recv" in entry:
+                self._start_p2p(key, entry)
+
+    def _start_p2p(self, key: tuple, entry: dict) -> None:
+        send, recv = entry["send"], entry["recv"]
+        s_op, r_op = send[2], recv[2]
+        if s_op.nbytes != r_op.nbytes and send[0] is not None and recv[0] is not None:
+            raise SimulationError(f"send/recv size mismatch from rank {key[1]} to rank {key[2]}: "
+                                  f"{s_op.nbytes} B sent, {r_op.nbytes} B expected")
+        coll = _Coll(next(self._cid), ("p2p",) + key, self.groups[key[0]], "send_recv", s_op.nbytes, -1)
+        coll.start = max(send[3], recv[3])
+        coll.arrived = entry
+        self._by_cid[coll.cid] = coll
+        heapq.heappush(self._starts, (coll.start, next(self._seq), coll.cid))
+        del self._p2p[key]
+
+    def _start_p2p_flows(self, coll: _Coll) -> None:
+        _, gid, src, dst, _ = coll.key
+        coll.plan = self.net.plan("send_recv", (src, dst), coll.nbytes)
+        self.net.start(coll.cid, coll.plan)
+        # mirrored pairs at the same offset carry the same transfer
+        rep = self.rank_map
+        for m in range(self.world_size):
+            if m in self.ranks or rep[m] != src:
+                continue
+            peer = dst + (m - src)
+            if 0 <= peer < self.world_size and peer not in self.ranks and rep[peer] == dst:
+                shadow = _Coll(next(self._cid), ("p2p-shadow", m, peer), coll.group, "send_recv", coll.nbytes, -1,
+                               start=coll.start, shadow=True)
+                shadow.plan = self.net.plan("send_recv", (m, peer), coll.nbytes)
+                self._by_cid[shadow.cid] = shadow
+                self.net.start(shadow.cid, shadow.plan)
+
+    def _finish_p2p(self, coll: _Coll, t_end: float) -> None:
+        self.collectives.append({"id": coll.cid, "name": "send_recv", "group": coll.key[1], "nbytes": coll.nbytes,
+                                 "root": -1, "algo": "p2p", "proto": "Simple", "start": coll.start, "end": t_end})
+        for side in ("send", "recv"):
+            state, sub_idx, sub_op, ready = coll.arrived[side]
+            if state is None:
+                continue
+            state["open"] -= 1
+            state["end"] = max(state["end"], t_end)
+            if sub_idx != state["item"][0]:
+                self.sink(state["rank"].rank, sub_idx, sub_op, state["item"][2], ready, t_end, coll.cid)
+            if state["open"] == 0:
+                rs, st = state["rank"], state["stream"]
+                idx, op, issue, _ = state["item"]
+                st.tail = state["end"]
+                st.blocked = False
+                self.sink(rs.rank, idx, op, issue, state["ready"], st.tail, coll.cid)
+                self._drain(rs, st)
+
+    # ------------------------------------------------------------------------------------------------ reports
+    def _deadlock_report(self) -> str:
+        lines = ["the simulated program is stuck: no rank can make progress"]
+        for key, coll in sorted(self._colls.items()):
+            missing = [r for r in coll.group.simulated if r not in coll.arrived]
+            lines.append(f"  {coll.name} #{key[1] + 1} on group {key[0]} ({coll.group.name or 'unnamed'}) waits for "
+                         f"rank(s) {missing}")
+        for key, entry in sorted(self._p2p.items()):
+            have = next(iter(entry))
+            lines.append(f"  transfer rank {key[1]} -> rank {key[2]} (group {key[0]}, #{key[3] + 1}): only the {have} "
+                         f"was posted")
+        for rs in self.ranks.values():
+            if rs.waiting is not None:
+                last = f"op #{rs.last_op[0]} {rs.last_op[1]!r}" if rs.last_op else "no op"
+                lines.append(f"  rank {rs.rank} waits at {rs.waiting[0]} sync (last: {last})")
+        return "\n".join(lines)
+
+    def rank_state(self, rank: int) -> _Rank:
+        return self.ranks[rank]

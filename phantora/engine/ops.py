@@ -1,0 +1,74 @@
+"""The op stream: what a rank hands the engine, live (from the stubs) or in replay (from a trace).
+
+Each rank issues a sequence of `Op`s in program order. `cpu_delta` is the framework's own CPU time (seconds) spent
+since the previous op; the engine adds it (scaled by the host preset) and, for launches, the host's launch overhead.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class OpKind(IntEnum):
+    KERNEL = 0          # GPU kernel on `stream` costing `duration` seconds
+    MEMCPY = 1          # copy on `stream`; `nbytes` moved, `arg` = direction (see Memcpy); D2H also syncs the host
+    COLLECTIVE = 2      # collective `name` on `group`, `nbytes` = bytes of this rank's input buffer, `arg` = root
+    SEND = 3            # point-to-point send of `nbytes` to group rank `arg` of `group`
+    RECV = 4            # point-to-point receive of `nbytes` from group rank `arg` of `group`
+    EVENT_RECORD = 5    # record event `arg` on `stream`
+    STREAM_WAIT = 6     # `stream` waits for event `arg`
+    SYNC_DEVICE = 7     # host waits for every stream of the rank
+    SYNC_STREAM = 8     # host waits for `stream`
+    SYNC_EVENT = 9      # host waits for event `arg`
+    ALLOC = 10          # caching-allocator request of `nbytes`, block id `arg`
+    FREE = 11           # free of block id `arg`
+    ITER_MARK = 12      # iteration boundary (an optimizer step, or an explicit mark)
+    CPU = 13            # only advances the CPU clock by `cpu_delta`
+    GROUP_START = 14    # batch of p2p ops begins (ncclGroupStart): sends/recvs until GROUP_END start together
+    GROUP_END = 15
+
+
+class Memcpy(IntEnum):
+    H2D = 0
+    D2H = 1
+    D2D = 2
+
+
+class CostSource(IntEnum):
+    NONE = 0            # no cost (views, metadata)
+    PROFILE = 1         # measured profile database
+    MEASURED = 2        # live measurement on a local GPU
+    ROOFLINE = 3        # roofline model with per-family efficiency
+    CROSS_GPU = 4       # another GPU's profile scaled by the roofline ratio
+    NETWORK = 5         # collective / p2p: network model
+    RECORDED = 6        # duration copied from a trace as recorded
+
+
+class Op:
+    """One entry of a rank's op stream."""
+
+    __slots__ = ("kind", "stream", "name", "sig", "duration", "flops", "nbytes", "group", "arg", "cpu_delta",
+                 "source", "mem")
+
+    def __init__(self, kind: OpKind, *, stream: int = 0, name: str = "", sig: int = -1, duration: float = 0.0,
+                 flops: float = 0.0, nbytes: int = 0, group: int = -1, arg: int = -1, cpu_delta: float = 0.0,
+                 source: int = CostSource.NONE, mem: int = 0):
+        self.kind = kind
+        self.stream = stream
+        self.name = name
+        self.sig = sig            # signature id (index into the run's signature table), -1 for none
+        self.duration = duration  # seconds, kernels and copies
+        self.flops = flops
+        self.nbytes = nbytes
+        self.group = group        # process-group id (see Engine.add_group)
+        self.arg = arg            # root / peer / event id / block id / memcpy direction, by kind
+        self.cpu_delta = cpu_delta
+        self.source = source
+        self.mem = mem            # bytes of memory the op's outputs allocate (informational)
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{k}={getattr(self, k)!r}" for k in self.__slots__ if getattr(self, k) not in ("", -1, 0, 0.0))
+        return f"Op({OpKind(self.kind).name}, {fields})"
+
+
+COLLECTIVE_NAMES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all", "barrier")

@@ -1,0 +1,96 @@
+"""GPU presets: the datasheet figures a cost model needs, each with its source.
+
+One TOML file per GPU model in presets/gpus/. `load_gpu("h100-sxm-80gb")` returns a `GPUSpec`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+from .errors import PresetError
+from .paths import presets_dir
+from .tomlconf import build, read_toml
+
+DTYPES = ("bf16", "fp16", "tf32", "fp32", "fp8")
+
+
+@dataclass(frozen=True)
+class GPUSpec:
+    name: str                      # preset id, e.g. "h100-sxm-80gb"
+    display_name: str              # what torch.cuda.get_device_name() should say, e.g. "NVIDIA H100 80GB HBM3"
+    arch: str                      # "ampere" | "hopper" | "blackwell" | ...
+    compute_capability: str        # "9.0"
+    sm_count: int
+    memory_gib: float              # usable device memory as the driver reports it, GiB
+    hbm_bandwidth_gbyte_per_s: float   # peak DRAM bandwidth, GB/s (10^9 B/s)
+    peak_tflops: dict[str, float]  # dense tensor-core / FMA peaks per dtype (bf16, fp16, tf32, fp32, fp8); 0 = unsupported
+    nvlink_links: int = 0          # NVLink links per GPU (0: none)
+    nvlink_gbyte_per_s: float = 0.0    # total NVLink bandwidth per GPU and direction, GB/s (nominal)
+    pcie_gbyte_per_s: float = 32.0     # host link per direction, GB/s (nominal)
+    l2_cache_mib: float = 0.0
+    tdp_w: float = 0.0
+    boost_clock_mhz: float = 0.0
+    sources: dict[str, str] = field(default_factory=dict)   # field name -> citation
+    notes: str = ""
+
+    def validate(self) -> None:
+        missing = [d for d in DTYPES if d not in self.peak_tflops]
+        if missing:
+            raise PresetError(f"peak_tflops lacks {', '.join(missing)} (write 0.0 where the GPU lacks the dtype)",
+                              key="peak_tflops")
+        for key in ("sm_count", "memory_gib", "hbm_bandwidth_gbyte_per_s"):
+            if getattr(self, key) <= 0:
+                raise PresetError("must be positive", key=key)
+        if self.peak_tflops["bf16"] <= 0 and self.peak_tflops["fp16"] <= 0:
+            raise PresetError("a GPU needs a bf16 or fp16 peak", key="peak_tflops")
+        for key in ("peak_tflops", "hbm_bandwidth_gbyte_per_s", "memory_gib"):
+            if key not in self.sources:
+                raise PresetError("every datasheet figure needs a source", key=f"sources.{key}")
+
+    @property
+    def memory_bytes(self) -> int:
+        return int(self.memory_gib * 2**30)
+
+    @property
+    def hbm_bytes_per_s(self) -> float:
+        return self.hbm_bandwidth_gbyte_per_s * 1e9
+
+    def peak_flops(self, dtype: str) -> float:
+        """Peak FLOP/s for a dtype name ('bf16', 'fp32', ...), falling back to fp32 where unsupported."""
+        v = self.peak_tflops.get(dtype, 0.0)
+        if v <= 0:
+            v = self.peak_tflops["fp32"]
+        return v * 1e12
+
+    @property
+    def sm_version(self) -> int:
+        major, minor = self.compute_capability.split(".")
+        return int(major) * 10 + int(minor)
+
+
+def gpu_dir() -> Path:
+    return presets_dir() / "gpus"
+
+
+def list_gpus() -> list[str]:
+    return sorted(p.stem for p in gpu_dir().glob("*.toml"))
+
+
+@lru_cache(maxsize=None)
+def _load(path: str) -> GPUSpec:
+    table = read_toml(Path(path))
+    return build(GPUSpec, table, file=path)
+
+
+def load_gpu(name_or_path: str) -> GPUSpec:
+    """A GPU preset by name (`h100-sxm-80gb`) or by path to a TOML file."""
+    p = Path(name_or_path)
+    if p.suffix == ".toml" and p.exists():
+        return _load(str(p.resolve()))
+    path = gpu_dir() / f"{name_or_path}.toml"
+    if not path.exists():
+        known = ", ".join(list_gpus()) or "(none)"
+        raise PresetError(f"unknown GPU preset '{name_or_path}'; known: {known}")
+    return _load(str(path))
