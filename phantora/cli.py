@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import json
 import sys
+from pathlib import Path
 
 import click
 
@@ -33,7 +34,6 @@ def main() -> None:
     Examples:
       phantora presets
       phantora net bench --cluster h100-hgx --nodes 2 --op all_reduce
-      phantora run --cluster h100-hgx -- python train.py
       phantora replay trace.h5 --cluster a100-hgx --nodes 2
     """
 
@@ -147,6 +147,166 @@ def presets_cmd(as_json):
         click.echo("\nModels")
         for m in models:
             click.echo(f"  {m.name:<18} {m.num_params() / 1e9:>8.2f} B params")
+
+
+# --------------------------------------------------------------------------------------------------------- replay
+def _replay_options(fn):
+    opts = [
+        click.option("--cluster", default=None, help="Cluster preset or TOML (default: the trace's own cluster)."),
+        click.option("--nodes", type=int, default=None, help="Number of nodes."),
+        click.option("--gpus-per-node", type=int, default=None, help="GPUs per node."),
+        click.option("--gpu", default=None, help="GPU preset to re-cost kernels on (e.g. a100-sxm-80gb)."),
+        click.option("--profile", default=None, type=click.Path(exists=True, dir_okay=False),
+                     help="Measured profile database (HDF5) to cost kernels from."),
+        click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
+                     help="Override any cluster field, e.g. net.inter_node_gbps=100."),
+        click.option("--algo", type=click.Choice(["ring", "tree"]), default=None, help="Force a collective algorithm."),
+        click.option("--proto", type=click.Choice(["LL", "LL128", "Simple"]), default=None, help="Force a protocol."),
+    ]
+    for o in reversed(opts):
+        fn = o(fn)
+    return fn
+
+
+def _fmt_result(r) -> str:
+    lines = [f"replay on {r.cluster} ({r.world_size} x {r.gpu}): {r.n_ops} ops in {r.wall_s:.2f} s "
+             f"({r.ops_per_s:,.0f} ops/s)"]
+    if r.iterations_s:
+        lines.append(f"  iteration time (median of {len(r.iterations_s)}): {r.iteration_s * 1e3:.3f} ms "
+                     f"(recorded: {r.recorded_iteration_s * 1e3:.3f} ms)")
+        lines.append("  per iteration (ms): " + ", ".join(f"{t * 1e3:.3f}" for t in r.iterations_s))
+    else:
+        lines.append("  no iteration marks in the trace")
+    if r.tokens_per_s_per_gpu is not None:
+        lines.append(f"  tokens/s/GPU: {r.tokens_per_s_per_gpu:,.0f}")
+    if r.mfu is not None:
+        lines.append(f"  MFU: {r.mfu * 100:.1f}% (of {r.peak_flops / 1e12:.0f} TFLOP/s bf16)")
+    for k, label in (("compute_s", "compute"), ("communication_s", "communication"),
+                     ("exposed_communication_s", "exposed communication")):
+        if k in r.summary:
+            lines.append(f"  {label}: {r.summary[k] * 1e3:.3f} ms per rank")
+    for o in r.ooms[:3]:
+        lines.append(f"  OOM on rank {o['rank']} at op {o['op']}: {o['message']}")
+    return "\n".join(lines)
+
+
+@main.command("replay")
+@click.argument("trace", type=click.Path(exists=True, dir_okay=False))
+@_replay_options
+@click.option("--out", default=None, type=click.Path(dir_okay=False), help="Write the replayed timeline as a new trace.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@user_errors
+def replay_cmd(trace, cluster, nodes, gpus_per_node, gpu, profile, overrides, algo, proto, out, as_json):
+    """Re-simulate a trace under another cluster, GPU or collective algorithm.
+
+    \b
+    Examples:
+      phantora replay run.h5
+      phantora replay run.h5 --set net.inter_node_gbps=100
+      phantora replay run.h5 --cluster a100-hgx --nodes 2 --gpu a100-sxm-80gb --out a100.h5
+    """
+    from .replay import replay
+
+    r = replay(trace, cluster=cluster, nodes=nodes, gpus_per_node=gpus_per_node, gpu=gpu, profile=profile,
+               overrides=tuple(overrides), out=out, algo=algo, proto=proto)
+    if as_json:
+        click.echo(json.dumps(r.as_dict(), indent=1))
+    else:
+        click.echo(_fmt_result(r))
+
+
+@main.command("sweep")
+@click.argument("trace", type=click.Path(exists=True, dir_okay=False))
+@click.option("--vary", "vary", required=True, metavar="KEY=V1,V2,...", help="Cluster field and the values to try.")
+@_replay_options
+@click.option("--plot", default=None, type=click.Path(dir_okay=False), help="Write a PNG plot of the results.")
+@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
+@user_errors
+def sweep_cmd(trace, vary, cluster, nodes, gpus_per_node, gpu, profile, overrides, algo, proto, plot, as_json):
+    """Replay a trace once per value of one cluster field and compare iteration times.
+
+    \b
+    Example:
+      phantora sweep run.h5 --vary net.inter_node_gbps=100,200,400,800 --plot sweep.png
+    """
+    from .replay import replay
+
+    if "=" not in vary:
+        raise PhantoraError(f"--vary wants KEY=V1,V2,... (got {vary!r})")
+    key, _, values = vary.partition("=")
+    vals = [v for v in values.split(",") if v]
+    results = []
+    for i, v in enumerate(vals):
+        click.echo(f"[{i + 1}/{len(vals)}] {key}={v}", err=True)
+        r = replay(trace, cluster=cluster, nodes=nodes, gpus_per_node=gpus_per_node, gpu=gpu, profile=profile,
+                   overrides=tuple(overrides) + (f"{key}={v}",), algo=algo, proto=proto)
+        results.append((v, r))
+    if as_json:
+        click.echo(json.dumps([{"value": v, **r.as_dict()} for v, r in results], indent=1))
+    else:
+        click.echo(f"{key:>24} {'iteration (ms)':>15} {'tokens/s/GPU':>13}")
+        for v, r in results:
+            tps = f"{r.tokens_per_s_per_gpu:,.0f}" if r.tokens_per_s_per_gpu else "-"
+            click.echo(f"{v:>24} {r.iteration_s * 1e3:>15.3f} {tps:>13}")
+    if plot:
+        try:
+            import matplotlib
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as plt
+        except ImportError:
+            raise PhantoraError("--plot needs matplotlib (pip install 'phantora[plot]')") from None
+        fig, ax = plt.subplots(figsize=(6, 4))
+        xs = list(range(len(results)))
+        ax.plot(xs, [r.iteration_s * 1e3 for _, r in results], marker="o")
+        ax.set_xticks(xs, [v for v, _ in results])
+        ax.set_xlabel(key)
+        ax.set_ylabel("simulated iteration time (ms)")
+        ax.set_title(f"{Path(trace).name}: {key}")
+        ax.grid(alpha=0.3)
+        fig.tight_layout()
+        fig.savefig(plot, dpi=120)
+        click.echo(f"plot written to {plot}", err=True)
+
+
+@main.command("inspect")
+@click.argument("trace", type=click.Path(exists=True, dir_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@user_errors
+def inspect_cmd(trace, as_json):
+    """Summarize a trace: ops, stream busy time, compute vs communication, iterations, memory.
+
+    \b
+    Example:
+      phantora inspect run.h5
+    """
+    from .trace.reader import TraceReader
+    from .trace.summary import format_summary, summarize
+
+    with TraceReader(trace) as rd:
+        s = summarize(rd)
+        if rd.warning:
+            click.echo(f"warning: {rd.warning}", err=True)
+    click.echo(json.dumps(s, indent=1, default=str) if as_json else format_summary(s))
+
+
+@main.command("export")
+@click.argument("trace", type=click.Path(exists=True, dir_okay=False))
+@click.option("--perfetto", "out", required=True, type=click.Path(dir_okay=False),
+              help="Chrome/Perfetto trace-event JSON to write (open it in ui.perfetto.dev or chrome://tracing).")
+@user_errors
+def export_cmd(trace, out):
+    """Export a trace as a Perfetto / Chrome timeline (one process per rank, one track per stream).
+
+    \b
+    Example:
+      phantora export run.h5 --perfetto run.json
+    """
+    from .trace.perfetto import export_perfetto
+    from .trace.reader import TraceReader
+
+    with TraceReader(trace) as rd:
+        export_perfetto(rd, out)
+    click.echo(f"wrote {out}")
 
 
 def run_main() -> None:  # pragma: no cover

@@ -1,0 +1,416 @@
+"""Incremental writer of a Phantora trace (one HDF5 file, layout in docs/trace-format.md).
+
+Rows handed to the writer stay in memory until `flush()`, which writes every pending row and table, then flushes
+HDF5. Between flushes the file is not touched at all, so a run killed at any moment outside a flush leaves a file
+that reads back everything up to the last flush.
+
+Fixed-size tables are written chunk by chunk with `write_direct_chunk`: full chunks are shuffled and deflated here
+(the standard HDF5 `shuffle` + `gzip` filters, readable by any HDF5 library; see chunks.py), in a thread pool since
+zlib releases the GIL. The last, partially filled chunk of a table is stored unfiltered (its filter mask says so) and rewritten at
+each flush, so frequent flushes never recompress old rows; `close()` deflates it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timezone
+from typing import Any
+
+import h5py
+import numpy as np
+
+import phantora
+from phantora.engine.ops import Op
+from phantora.errors import TraceError
+from phantora.trace import chunks
+from phantora.trace import schema as S
+
+DEFAULT_CHUNK_ROWS = 4096
+"""Rows per chunk of the op tables (384 KiB of OP_DTYPE rows); see docs/trace-format.md for the measurements."""
+
+DEFAULT_MAX_PENDING_ROWS = 1 << 20
+"""Pending op rows (all ranks) that trigger a flush on their own, bounding the writer's memory."""
+
+_LIBVER = ("earliest", "v108")
+"""HDF5 format bounds: superblock 0 keeps no "open for writing" flag, so a killed run's file opens without h5clear."""
+
+_Mapper = Callable[[Callable[[np.ndarray], bytes], list[np.ndarray]], Iterable[bytes]]
+
+
+class _ChunkedTable:
+    """A resizable 1-D dataset of fixed-size rows, written in whole chunks at each flush.
+
+    The dataset is created at the first flush that has rows for it. `tail` holds the rows of the last, partial chunk
+    already on disk; they are rewritten, with the new rows, at the next flush.
+    """
+
+    def __init__(self, path: str, dtype: np.dtype, chunk_rows: int, level: int | None):
+        self.path = path
+        self.dtype = np.dtype(dtype)
+        self.chunk_rows = chunk_rows
+        self.level = level
+        self.ds: h5py.Dataset | None = None
+        self.pending: list[np.ndarray] = []
+        self.n_pending = 0
+        self.n_disk = 0                       # rows on disk (the dataset's length)
+        self.tail = np.empty(0, self.dtype)   # rows of the last chunk on disk when it is partial
+        self.tail_is_raw = False              # the partial last chunk is stored unfiltered
+
+    @property
+    def n_rows(self) -> int:
+        """Rows appended so far, flushed or not."""
+        return self.n_disk + self.n_pending
+
+    def append(self, rows: np.ndarray) -> None:
+        if len(rows):
+            self.pending.append(rows)
+            self.n_pending += len(rows)
+
+    def create(self, f: h5py.File) -> None:
+        if self.ds is None:
+            filters = {} if self.level is None else {"shuffle": True, "compression": "gzip",
+                                                      "compression_opts": self.level}
+            self.ds = f.create_dataset(self.path, shape=(0,), maxshape=(None,), dtype=self.dtype,
+                                       chunks=(self.chunk_rows,), **filters)
+            # Filter-mask bit i set = filter i of the pipeline was not applied to that chunk.
+            self.raw_mask = (1 << self.ds.id.get_create_plist().get_nfilters()) - 1
+
+    def flush(self, f: h5py.File, mapper: _Mapper, final: bool = False) -> None:
+        if not self.pending and not (final and self.tail_is_raw):
+            return
+        self.create(f)
+        data = np.concatenate([self.tail, *self.pending]) if self.pending else self.tail
+        self.pending = []
+        self.n_pending = 0
+        c = self.chunk_rows
+        base = self.n_disk - len(self.tail)          # first row of `data`, chunk-aligned
+        n_full = len(data) // c
+        blocks = [data[i * c:(i + 1) * c] for i in range(n_full)]
+        rest = data[n_full * c:]
+        if len(rest):
+            padded = np.zeros(c, self.dtype)
+            padded[:len(rest)] = rest
+            if final:
+                blocks.append(padded)
+        level = self.level
+        blobs = mapper(lambda b: chunks.encode(b, level), blocks)
+        self.ds.resize((base + len(data),))
+        write = self.ds.id.write_direct_chunk
+        for i, blob in enumerate(blobs):
+            write((base + i * c,), blob, 0)
+        self.tail_is_raw = bool(len(rest)) and not final
+        if self.tail_is_raw:
+            write((base + n_full * c,), padded.tobytes(), self.raw_mask)
+        self.tail = rest.copy()
+        self.n_disk = base + len(data)
+
+
+class _StringTable:
+    """An append-only table of UTF-8 strings with an index for interning."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.index: dict[str, int] = {}
+        self.items: list[str] = []
+        self.n_disk = 0
+
+    def add(self, s: str) -> int:
+        i = self.index.get(s)
+        if i is None:
+            if not isinstance(s, str):
+                raise TypeError(f"trace strings must be str, got {type(s).__name__}")
+            i = self.index[s] = len(self.items)
+            self.items.append(s)
+        return i
+
+    def flush(self, f: h5py.File) -> None:
+        if self.path not in f:
+            f.create_dataset(self.path, shape=(0,), maxshape=(None,), dtype=h5py.string_dtype("utf-8"),
+                             chunks=(1024,))
+        n = len(self.items)
+        if n > self.n_disk:
+            ds = f[self.path]
+            ds.resize((n,))
+            ds[self.n_disk:n] = np.array(self.items[self.n_disk:n], dtype=object)
+            self.n_disk = n
+
+
+def default_meta(meta: dict[str, Any] | None = None) -> dict[str, Any]:
+    """`meta` with `created`, `mode` and `versions` filled in where missing (see schema.META_KEYS)."""
+    out = dict(meta or {})
+    out.setdefault("created", datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    out.setdefault("mode", "live")
+    if out["mode"] not in ("live", "replay"):
+        raise ValueError(f"trace meta 'mode' must be 'live' or 'replay', got {out['mode']!r}")
+    versions = {"phantora": phantora.__version__, "python": platform.python_version(),
+                "numpy": np.__version__, "h5py": h5py.__version__}
+    torch = sys.modules.get("torch")
+    if torch is not None and hasattr(torch, "__version__"):
+        versions["torch"] = str(torch.__version__)
+    versions.update(out.get("versions") or {})
+    out["versions"] = versions
+    return out
+
+
+class TraceWriter:
+    """Writes one trace file incrementally; see the module docstring for what a flush guarantees.
+
+    `meta` is the run's metadata (keys in schema.META_KEYS); `compression` is "gzip" (deflate `level`, with
+    shuffle) or None. Use as a context manager, or call `close()`: only a closed trace is marked complete.
+    """
+
+    def __init__(self, path: str | os.PathLike, meta: dict[str, Any] | None = None, *,
+                 compression: str | None = "gzip", level: int = 1, chunk_rows: int = DEFAULT_CHUNK_ROWS,
+                 max_pending_rows: int = DEFAULT_MAX_PENDING_ROWS, threads: int | None = None):
+        if compression not in ("gzip", None):
+            raise ValueError(f"compression must be 'gzip' or None, got {compression!r}")
+        if chunk_rows < 1:
+            raise ValueError(f"chunk_rows must be positive, got {chunk_rows}")
+        self.path = os.fspath(path)
+        self.meta = default_meta(meta)
+        self._meta_text = _meta_json(self.meta)
+        self._level = level if compression == "gzip" else None
+        self._chunk_rows = chunk_rows
+        self._max_pending = max_pending_rows
+        self._threads = threads if threads is not None else min(4, os.cpu_count() or 1)
+        self._pool: ThreadPoolExecutor | None = None
+        self._closed = False
+        self._meta_dirty = True
+        self._flushes = 0
+
+        self._strings = _StringTable(S.STRINGS)
+        self._strings.add("")
+        self._signatures = _StringTable(S.SIGNATURES)
+        self._groups: dict[int, tuple[str, tuple[int, ...]]] = {}
+        self._groups_pending: list[int] = []
+        self._collectives = _ChunkedTable(S.COLLECTIVES, S.COLL_DTYPE, 1024, self._level)
+        self._dependencies = _ChunkedTable(S.DEPENDENCIES, S.DEP_DTYPE, 4096, self._level)
+        self._ops: dict[int, _ChunkedTable] = {}
+        self._iterations: dict[int, _ChunkedTable] = {}
+        self._pending_ops = 0
+
+        try:
+            self._f = h5py.File(self.path, "w", libver=_LIBVER, locking="best-effort")
+        except (OSError, ValueError) as e:
+            raise TraceError(f"{self.path}: cannot create the trace file: {e}") from None
+        try:
+            a = self._f.attrs
+            a["format"] = S.FORMAT_NAME
+            a["version"] = np.int64(S.FORMAT_VERSION)
+            a["complete"] = False
+            a["flushes"] = np.int64(0)
+            self._f.create_group(S.RANKS)
+            for t in (self._collectives, self._dependencies):
+                t.create(self._f)
+            self._f.create_dataset(S.GROUPS, shape=(0,), maxshape=(None,), dtype=S.GROUP_DTYPE, chunks=(256,))
+        except Exception:
+            self._f.close()
+            raise
+        self.flush()
+
+    # -- tables of names ---------------------------------------------------------------------------------------
+
+    def add_string(self, s: str) -> int:
+        """Index of `s` in the string table (added if new); the empty string is index 0."""
+        return self._strings.add(s)
+
+    def add_signature(self, key: str) -> int:
+        """Id of the signature whose canonical key (Signature.key()) is `key`; equal keys get one id, from 0."""
+        return self._signatures.add(key)
+
+    def add_group(self, gid: int, ranks: Sequence[int], name: str = "") -> None:
+        """Record process group `gid` with its member global ranks (in group-rank order) and an optional name."""
+        members = tuple(int(r) for r in ranks)
+        known = self._groups.get(int(gid))
+        if known is not None:
+            if known != (name, members):
+                raise ValueError(f"trace group {gid} was added before with other members or name "
+                                 f"({known[0]!r}, {list(known[1])}), now ({name!r}, {list(members)})")
+            return
+        self.add_string(name)
+        self._groups[int(gid)] = (name, members)
+        self._groups_pending.append(int(gid))
+
+    # -- row tables --------------------------------------------------------------------------------------------
+
+    def append_ops(self, rank: int, rows: np.ndarray) -> None:
+        """Append op rows (dtype schema.OP_DTYPE, program order) to `rank`'s table; they are copied."""
+        self._check_open()
+        rows = _checked(rows, S.OP_DTYPE, "append_ops")
+        rank = int(rank)
+        table = self._ops.get(rank)
+        if table is None:
+            table = self._ops[rank] = _ChunkedTable(f"{S.RANKS}/{rank}/{S.OPS}", S.OP_DTYPE, self._chunk_rows,
+                                                    self._level)
+        table.append(rows)
+        self._pending_ops += len(rows)
+        if self._pending_ops >= self._max_pending:
+            self.flush()
+
+    def append_op_objects(self, rank: int, ops: Sequence[Op], issue: Sequence[float], start: Sequence[float],
+                          end: Sequence[float], *, mem_delta: Sequence[int] | None = None,
+                          coll: Sequence[int] | None = None) -> None:
+        """Append `ops` with their simulated times; see `rows_from_ops`."""
+        self.append_ops(rank, self.rows_from_ops(ops, issue, start, end, mem_delta=mem_delta, coll=coll))
+
+    def rows_from_ops(self, ops: Sequence[Op], issue: Sequence[float], start: Sequence[float],
+                      end: Sequence[float], *, mem_delta: Sequence[int] | None = None,
+                      coll: Sequence[int] | None = None) -> np.ndarray:
+        """Op rows for `ops` (names interned here). `mem_delta` defaults to each op's `mem`, `coll` to -1."""
+        n = len(ops)
+        rows = np.empty(n, S.OP_DTYPE)
+        add = self._strings.add
+        rows["kind"] = [int(o.kind) for o in ops]
+        rows["stream"] = [o.stream for o in ops]
+        rows["name"] = [add(o.name) for o in ops]
+        rows["sig"] = [o.sig for o in ops]
+        rows["issue"] = issue
+        rows["start"] = start
+        rows["end"] = end
+        rows["cpu_delta"] = [o.cpu_delta for o in ops]
+        rows["duration"] = [o.duration for o in ops]
+        rows["flops"] = [o.flops for o in ops]
+        rows["nbytes"] = [o.nbytes for o in ops]
+        rows["mem_delta"] = [o.mem for o in ops] if mem_delta is None else mem_delta
+        rows["source"] = [int(o.source) for o in ops]
+        rows["group"] = [o.group for o in ops]
+        rows["arg"] = [o.arg for o in ops]
+        rows["coll"] = -1 if coll is None else coll
+        return rows
+
+    def append_collectives(self, rows: np.ndarray) -> None:
+        """Append collective rows (dtype schema.COLL_DTYPE); op rows refer to them by row index (`coll`)."""
+        self._check_open()
+        self._collectives.append(_checked(rows, S.COLL_DTYPE, "append_collectives"))
+
+    def append_dependencies(self, rows: np.ndarray) -> None:
+        """Append EVENT_RECORD -> STREAM_WAIT rows (dtype schema.DEP_DTYPE)."""
+        self._check_open()
+        self._dependencies.append(_checked(rows, S.DEP_DTYPE, "append_dependencies"))
+
+    def mark_iteration(self, rank: int, t: float) -> None:
+        """Record that `rank` reached an iteration boundary at virtual time `t` (seconds)."""
+        self._check_open()
+        rank = int(rank)
+        table = self._iterations.get(rank)
+        if table is None:
+            table = self._iterations[rank] = _ChunkedTable(f"{S.RANKS}/{rank}/{S.ITERATIONS}", S.ITER_DTYPE,
+                                                           1024, self._level)
+        table.append(np.array([t], S.ITER_DTYPE))
+
+    def update_meta(self, items: dict[str, Any]) -> None:
+        """Merge `items` into the run metadata; written at the next flush."""
+        merged = {**self.meta, **items}
+        text = _meta_json(merged)
+        self.meta, self._meta_text, self._meta_dirty = merged, text, True
+
+    @property
+    def n_collectives(self) -> int:
+        """Collective rows appended so far: the `coll` index the next appended collective row will have."""
+        return self._collectives.n_rows
+
+    def n_ops(self, rank: int) -> int:
+        """Op rows appended so far for `rank`: the op index the next appended row will have."""
+        table = self._ops.get(int(rank))
+        return 0 if table is None else table.n_rows
+
+    # -- flushing ----------------------------------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """Write every pending row and table, then flush HDF5: from here on the file reads back all of it."""
+        self._check_open()
+        self._write(final=False)
+
+    def close(self, error: str | None = None) -> None:
+        """Flush, mark the trace complete (recording `error` if the run failed) and close the file."""
+        if self._closed:
+            return
+        try:
+            self._write(final=True, error=error)
+        finally:
+            self._closed = True
+            try:
+                self._f.close()
+            finally:
+                if self._pool is not None:
+                    self._pool.shutdown()
+
+    def __enter__(self) -> "TraceWriter":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.close(error=None if exc is None else f"{exc_type.__name__}: {exc}")
+
+    def _write(self, final: bool, error: str | None = None) -> None:
+        f = self._f
+        try:
+            mapper = self._mapper()
+            for table in (*self._ops.values(), *self._iterations.values(), self._collectives, self._dependencies):
+                table.flush(f, mapper, final)
+            self._pending_ops = 0
+            self._flush_groups()
+            self._strings.flush(f)
+            self._signatures.flush(f)
+            if self._meta_dirty:
+                if S.META in f:
+                    f[S.META][()] = self._meta_text
+                else:
+                    f.create_dataset(S.META, data=self._meta_text, dtype=h5py.string_dtype("utf-8"))
+                self._meta_dirty = False
+            self._flushes += 1
+            f.attrs["flushes"] = np.int64(self._flushes)
+            if final:
+                if error is not None:
+                    f.attrs["error"] = str(error)
+                f.attrs["complete"] = True
+            f.flush()
+        except OSError as e:
+            raise TraceError(f"{self.path}: writing the trace failed: {e}") from None
+
+    def _flush_groups(self) -> None:
+        if not self._groups_pending:
+            return
+        rows = np.empty(len(self._groups_pending), S.GROUP_DTYPE)
+        for i, gid in enumerate(self._groups_pending):
+            name, members = self._groups[gid]
+            rows[i] = (gid, self._strings.add(name), np.asarray(members, S.RANKS_DTYPE))
+        ds = self._f[S.GROUPS]
+        n = len(ds)
+        ds.resize((n + len(rows),))
+        ds[n:] = rows
+        self._groups_pending = []
+
+    def _mapper(self) -> _Mapper:
+        if self._threads <= 1:
+            return lambda fn, items: [fn(x) for x in items]
+
+        def run(fn, items):
+            if len(items) < 2:
+                return [fn(x) for x in items]
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self._threads, thread_name_prefix="phantora-trace")
+            return self._pool.map(fn, items)   # yields in order while later chunks still compress
+        return run
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ValueError(f"trace {self.path} is closed")
+
+
+def _checked(rows: np.ndarray, dtype: np.dtype, what: str) -> np.ndarray:
+    if not isinstance(rows, np.ndarray) or rows.dtype != dtype or rows.ndim != 1:
+        got = f"{type(rows).__name__} {getattr(rows, 'dtype', '')} {getattr(rows, 'shape', '')}".strip()
+        raise ValueError(f"{what}: rows must be a 1-D numpy array of the schema dtype, got {got}")
+    return np.array(rows, copy=True)
+
+
+def _meta_json(meta: dict[str, Any]) -> str:
+    try:
+        return json.dumps(meta, default=str, ensure_ascii=False)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"trace meta is not JSON-serialisable: {e}") from None
