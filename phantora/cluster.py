@@ -29,7 +29,8 @@ class IntraSpec:
     nvlink_links_per_gpu: int = 0          # NVLink links of each GPU (to the switches, or spread over its mesh peers)
     nvlink_link_gbyte_per_s: float = 20.6  # achievable GB/s per link and direction (NCCL topo.h: SM80 20.0, SM90 20.6)
     pcie_gbyte_per_s: float = 24.0         # achievable GB/s per direction between a GPU and its PCIe switch
-    hop_latency_us: float = 0.0            # per-hop latency added to point-to-point flows
+    hop_latency_us: float = 0.0            # per-hop link latency in the topology (for raw flows; collectives and
+                                           # transfers use NCCL's latency terms instead)
 
     def validate(self) -> None:
         if self.kind not in INTRA_KINDS:
@@ -54,7 +55,7 @@ class NetSpec:
     nodes_per_leaf: int = 32               # nodes under one leaf switch (per rail for rail-leaf-spine)
     spines: int = 8                        # spine switches; every leaf has one uplink to each
     oversubscription: float = 1.0          # leaf downlink : uplink bandwidth ratio (1.0 = non-blocking)
-    hop_latency_us: float = 1.0            # per switch hop, added to point-to-point flows
+    hop_latency_us: float = 1.0            # per switch hop link latency (raw flows only, as intra.hop_latency_us)
 
     def validate(self) -> None:
         if self.topology not in NET_TOPOLOGIES:
@@ -67,8 +68,10 @@ class NetSpec:
             raise PresetError("must be in (0, 1]", key="net.nic_efficiency")
         if self.oversubscription < 1:
             raise PresetError("must be >= 1 (1 is non-blocking)", key="net.oversubscription")
-        if self.nodes_per_leaf < 1 or self.spines < 1:
+        if self.nodes_per_leaf < 1:
             raise PresetError("must be >= 1", key="net.nodes_per_leaf")
+        if self.spines < 1:
+            raise PresetError("must be >= 1", key="net.spines")
 
     @property
     def nic_bytes_per_s(self) -> float:
