@@ -167,18 +167,26 @@ def replay(trace: str | Path, *, cluster: str | None = None, nodes: int | None =
 
 def _flat_summary(s: dict) -> dict:
     """The run-wide figures of a trace summary (seconds per rank, averaged)."""
+    ranks = s.get("ranks") or []
+    if isinstance(ranks, dict):
+        ranks = list(ranks.values())
     out = {}
-    totals = s.get("totals") or {}
-    for k in ("compute_s", "communication_s", "exposed_communication_s"):
-        if k in totals:
-            out[k] = totals[k]
+    for key, name in (("compute", "compute_s"), ("communication", "communication_s"),
+                      ("exposed_communication", "exposed_communication_s")):
+        vals = [r[key] for r in ranks if isinstance(r.get(key), (int, float))]
+        if vals:
+            out[name] = sum(vals) / len(vals)
     return out
 
 
 def _recoster(spec: ClusterSpec, signatures: list[str], profile: str | None):
     """A function that re-costs KERNEL ops in place on the new GPU."""
-    from .costmodel.model import CostModel
-    from .costmodel.profiledb import ProfileDB
+    try:
+        from .costmodel.model import CostModel
+        from .costmodel.profiledb import ProfileDB
+    except ImportError:
+        raise PhantoraError("re-costing kernels for another GPU or a profile needs phantora.costmodel.model, "
+                            "which this installation lacks") from None
     from .costmodel.signature import Signature
 
     db = ProfileDB.open(profile) if profile else None

@@ -1,0 +1,198 @@
+"""What `phantora inspect` prints: per-rank op counts, stream busy time, compute vs communication, exposed
+communication, iteration times, peak memory and the kernels that take the most time.
+
+Busy times are measures of unions of [start, end) intervals, so overlapping ops count once. Exposed communication
+is the time a rank communicates (collectives, sends, receives) while none of its streams runs a kernel:
+|communication ∪ compute| - |compute|.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from phantora.engine.ops import OpKind
+from phantora.trace import schema as S
+from phantora.trace.reader import TraceReader
+
+DEFAULT_TOP = 10
+
+
+def interval_union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Disjoint, sorted intervals covering the same time as the [start, end) intervals given (empty ones dropped)."""
+    starts = np.asarray(starts, np.float64)
+    ends = np.asarray(ends, np.float64)
+    keep = ends > starts
+    starts, ends = starts[keep], ends[keep]
+    if not len(starts):
+        return starts, ends
+    order = np.argsort(starts, kind="stable")
+    starts, ends = starts[order], ends[order]
+    reach = np.maximum.accumulate(ends)
+    # A new merged interval begins where an interval starts after everything before it has ended.
+    new = np.empty(len(starts), bool)
+    new[0] = True
+    new[1:] = starts[1:] > reach[:-1]
+    first = np.flatnonzero(new)
+    last = np.append(first[1:] - 1, len(starts) - 1)
+    return starts[first], reach[last]
+
+
+def union_length(starts: np.ndarray, ends: np.ndarray) -> float:
+    """Total time covered by the union of [start, end) intervals."""
+    s, e = interval_union(starts, ends)
+    return float(np.sum(e - s))
+
+
+def summarize_ops(ops: np.ndarray, names: list[str], iterations: np.ndarray | None = None,
+                  top: int = DEFAULT_TOP) -> dict[str, Any]:
+    """Summary of one rank's op rows (schema.OP_DTYPE); `iterations` defaults to its ITER_MARK issue times."""
+    kind = ops["kind"]
+    gpu = np.isin(kind, [int(k) for k in S.GPU_KINDS])
+    comp = kind == int(OpKind.KERNEL)
+    comm = np.isin(kind, [int(k) for k in S.COMM_KINDS])
+    copy = kind == int(OpKind.MEMCPY)
+    start, end = ops["start"], ops["end"]
+
+    counts = np.bincount(kind, minlength=len(OpKind))
+    by_kind = {S.KIND_NAMES.get(k, str(k)): int(c) for k, c in enumerate(counts) if c}
+    streams = {}
+    for s in np.unique(ops["stream"][gpu]).tolist():
+        sel = gpu & (ops["stream"] == s)
+        streams[int(s)] = union_length(start[sel], end[sel])
+    compute = union_length(start[comp], end[comp])
+    communication = union_length(start[comm], end[comm])
+    both = comp | comm
+    exposed = max(0.0, union_length(start[both], end[both]) - compute)
+
+    if iterations is None:
+        iterations = ops["issue"][kind == int(OpKind.ITER_MARK)]
+    iterations = np.asarray(iterations, np.float64)
+    steps = np.diff(iterations)
+
+    mem = np.cumsum(ops["mem_delta"], dtype=np.int64)
+    t0 = float(ops["issue"].min()) if len(ops) else 0.0
+    t1 = float(max(ops["end"].max(), ops["issue"].max())) if len(ops) else 0.0
+
+    return {
+        "n_ops": int(len(ops)),
+        "ops_by_kind": by_kind,
+        "time_span": [t0, t1],
+        "stream_busy": streams,
+        "compute": compute,
+        "copy": union_length(start[copy], end[copy]),
+        "communication": communication,
+        "exposed_communication": exposed,
+        "overlapped_communication": communication - exposed,
+        "flops": float(ops["flops"][comp].sum()),
+        "iterations": iterations.tolist(),
+        "iteration_times": steps.tolist(),
+        "mean_iteration": float(steps.mean()) if len(steps) else None,
+        "peak_memory": int(max(0, int(mem.max()))) if len(mem) else 0,
+        "final_memory": int(mem[-1]) if len(mem) else 0,
+        "top_kernels": top_kernels(ops[comp], names, top),
+    }
+
+
+def top_kernels(kernels: np.ndarray, names: list[str], top: int = DEFAULT_TOP) -> list[dict[str, Any]]:
+    """Kernel names by total `duration`, largest first: name, count, total and mean seconds."""
+    if not len(kernels):
+        return []
+    ids, inverse = np.unique(kernels["name"], return_inverse=True)
+    totals = np.bincount(inverse, weights=kernels["duration"])
+    counts = np.bincount(inverse)
+    order = np.argsort(-totals, kind="stable")[:top]
+    return [{"name": names[int(ids[i])] if int(ids[i]) < len(names) else f"#{int(ids[i])}",
+             "count": int(counts[i]), "total": float(totals[i]), "mean": float(totals[i] / counts[i])}
+            for i in order]
+
+
+def summarize(reader: TraceReader, top: int = DEFAULT_TOP) -> dict[str, Any]:
+    """Summary of a whole trace: file facts, one entry per simulated rank, and top kernels over all ranks."""
+    names = reader.names
+    meta = reader.meta
+    ranks = []
+    all_kernels = []
+    for r in reader.ranks:
+        ops = reader.ops(r)
+        entry = {"rank": r, **summarize_ops(ops, names, reader.iterations(r), top)}
+        ranks.append(entry)
+        all_kernels.append(ops[ops["kind"] == int(OpKind.KERNEL)])
+    kernels = np.concatenate(all_kernels) if all_kernels else np.empty(0, S.OP_DTYPE)
+    return {
+        "file": reader.path,
+        "version": reader.version,
+        "complete": reader.complete,
+        "warning": reader.warning,
+        "error": reader.error,
+        "meta": {k: meta.get(k) for k in ("mode", "gpu", "world_size", "created", "command") if k in meta},
+        "n_signatures": len(reader.signatures),
+        "n_collectives": int(len(reader.collectives)),
+        "ranks": ranks,
+        "top_kernels": top_kernels(kernels, names, top),
+    }
+
+
+def format_summary(summary: dict[str, Any]) -> str:
+    """Terminal text of a `summarize` result."""
+    lines = [f"trace {summary['file']}  (format v{summary['version']}, "
+             f"{'complete' if summary['complete'] else 'INCOMPLETE'})"]
+    if summary.get("warning"):
+        lines.append(f"warning: {summary['warning']}")
+    if summary.get("error"):
+        lines.append(f"run ended with an error: {summary['error']}")
+    meta = summary.get("meta", {})
+    facts = [f"{k}: {meta[k]}" for k in ("mode", "gpu", "world_size", "created") if meta.get(k) is not None]
+    if facts:
+        lines.append("  ".join(facts))
+    if meta.get("command"):
+        cmd = meta["command"]
+        lines.append("command: " + (" ".join(map(str, cmd)) if isinstance(cmd, list) else str(cmd)))
+    lines.append(f"{len(summary['ranks'])} simulated rank(s), {summary['n_collectives']} collectives, "
+                 f"{summary['n_signatures']} kernel signatures")
+    lines.append("")
+
+    header = ["rank", "ops", "iters", "iter time", "compute", "comm", "exposed comm", "peak mem", "streams busy"]
+    rows = []
+    for r in summary["ranks"]:
+        busy = ", ".join(f"{s}:{_time(t)}" for s, t in sorted(r["stream_busy"].items()))
+        rows.append([str(r["rank"]), str(r["n_ops"]), str(len(r["iteration_times"])),
+                     _time(r["mean_iteration"]) if r["mean_iteration"] is not None else "-",
+                     _time(r["compute"]), _time(r["communication"]), _time(r["exposed_communication"]),
+                     _bytes(r["peak_memory"]), busy or "-"])
+    lines.extend(_table(header, rows))
+
+    if summary["top_kernels"]:
+        lines.append("")
+        lines.append("top kernels (all simulated ranks)")
+        total = sum(r["compute"] for r in summary["ranks"]) or 1.0
+        krows = [[k["name"], str(k["count"]), _time(k["total"]), _time(k["mean"]), f"{100 * k['total'] / total:.1f}%"]
+                 for k in summary["top_kernels"]]
+        lines.extend(_table(["kernel", "count", "total", "mean", "of compute"], krows))
+    return "\n".join(lines)
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
+    fmt = lambda cells: "  ".join(c.ljust(w) if i == 0 or i == len(cells) - 1 else c.rjust(w)  # noqa: E731
+                                  for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+    return [fmt(header), fmt(["-" * w for w in widths])] + [fmt(r) for r in rows]
+
+
+def _time(seconds: float) -> str:
+    s = abs(seconds)
+    if s >= 1:
+        return f"{seconds:.3f} s"
+    if s >= 1e-3:
+        return f"{seconds * 1e3:.3f} ms"
+    if s >= 1e-6 or s == 0:
+        return f"{seconds * 1e6:.1f} us"
+    return f"{seconds * 1e9:.0f} ns"
+
+
+def _bytes(n: int) -> str:
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if abs(n) >= size:
+            return f"{n / size:.2f} {unit}"
+    return f"{n} B"
