@@ -1,8 +1,8 @@
 """Chunks of the fixed-size trace tables as HDF5 stores them, encoded and decoded here.
 
 A table's filter pipeline is either empty or HDF5's standard `shuffle` then `deflate` (gzip). Handling the chunks
-directly (`write_direct_chunk` / `read_direct_chunk`) lets the zlib work run in threads (zlib releases the GIL) and
-lets the writer store a table's last, partial chunk unfiltered, which a chunk's filter mask records.
+directly (`write_direct_chunk` / `read_direct_chunk`) lets the zlib work run in threads, since zlib releases the
+GIL. Decoding also honours a chunk's filter mask (a chunk some other writer stored with its filters skipped).
 """
 
 from __future__ import annotations
@@ -37,14 +37,15 @@ def decodable(ds: h5py.Dataset, dtype: np.dtype) -> bool:
 
 
 def decode(stored: bytes, filter_mask: int, dtype: np.dtype, chunk_rows: int, filtered: bool) -> np.ndarray:
-    """Rows of one chunk from its stored bytes; `filtered` says the pipeline is shuffle + deflate."""
-    if filtered and filter_mask & 0b11 == 0:
-        raw = np.frombuffer(zlib.decompress(stored), np.uint8)
-        if raw.size != chunk_rows * dtype.itemsize:
-            raise ValueError(f"chunk inflates to {raw.size} bytes, expected {chunk_rows * dtype.itemsize}")
-        return np.ascontiguousarray(raw.reshape(dtype.itemsize, chunk_rows).T).view(dtype).reshape(chunk_rows)
-    if filtered and filter_mask & 0b11 != 0b11:
-        raise ValueError(f"chunk with filter mask {filter_mask:#x} (only part of the pipeline applied)")
-    if len(stored) != chunk_rows * dtype.itemsize:
-        raise ValueError(f"unfiltered chunk of {len(stored)} bytes, expected {chunk_rows * dtype.itemsize}")
-    return np.frombuffer(stored, dtype)
+    """Rows of one chunk from its stored bytes. `filtered` says the pipeline is shuffle (filter 0) + deflate
+    (filter 1); bit i of `filter_mask` set means filter i was skipped for this chunk."""
+    data = stored
+    if filtered and not filter_mask & 0b10:
+        data = zlib.decompress(data)
+    size = chunk_rows * dtype.itemsize
+    if len(data) != size:
+        raise ValueError(f"chunk holds {len(data)} bytes once decoded, expected {size}")
+    raw = np.frombuffer(data, np.uint8)
+    if filtered and not filter_mask & 0b01:
+        raw = np.ascontiguousarray(raw.reshape(dtype.itemsize, chunk_rows).T)
+    return raw.view(dtype).reshape(chunk_rows)

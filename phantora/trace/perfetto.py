@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import math
 import os
 from collections import defaultdict
 from typing import Any, TextIO
@@ -38,6 +37,8 @@ _CATEGORY = {int(OpKind.KERNEL): "kernel", int(OpKind.MEMCPY): "memcpy", int(OpK
 _SYNC = {int(OpKind.SYNC_DEVICE): "synchronize device", int(OpKind.SYNC_STREAM): "synchronize stream",
          int(OpKind.SYNC_EVENT): "synchronize event"}
 _MEMCPY = {int(m): m.name for m in Memcpy}
+_KERNEL, _MEMCPY_KIND, _COLLECTIVE, _ITER_MARK = (int(OpKind.KERNEL), int(OpKind.MEMCPY), int(OpKind.COLLECTIVE),
+                                                  int(OpKind.ITER_MARK))
 
 
 def export_perfetto(reader: TraceReader, out_path: str | os.PathLike, *, ranks: list[int] | None = None,
@@ -84,12 +85,26 @@ def us(ns: int) -> str:
     return f"{sign}{ns // 1000}.{ns % 1000:03d}5"
 
 
-def _num(x: float | int) -> str:
-    if isinstance(x, int):
-        return str(x)
-    if not math.isfinite(x):
-        return json.dumps(str(x))
-    return str(int(x)) if x.is_integer() and abs(x) < 2 ** 53 else repr(x)
+def _us_list(ns: np.ndarray) -> list[str]:
+    """`us` of every element of an int64 array."""
+    if len(ns) and int(ns.min()) < 0:
+        return [us(x) for x in ns.tolist()]
+    q, r = np.divmod(ns, 1000)
+    return [f"{a}.{b:03d}5" for a, b in zip(q.tolist(), r.tolist())]
+
+
+def _num_list(x: np.ndarray) -> list[int | float | str]:
+    """JSON number texts of a float array: integral values without a fraction, non-finite ones as strings."""
+    finite = np.isfinite(x)
+    integral = finite & (np.abs(x) < 2.0 ** 53) & (x == np.floor(np.where(finite, x, 0)))
+    if integral.all():
+        return x.astype(np.int64).tolist()
+    out: list[int | float | str] = x.tolist()
+    for i in np.flatnonzero(integral).tolist():
+        out[i] = int(out[i])
+    for i in np.flatnonzero(~finite).tolist():
+        out[i] = json.dumps(str(out[i]))
+    return out
 
 
 def _str(s: str) -> str:
@@ -143,28 +158,39 @@ class _Exporter:
                  f'{{"name":"process_sort_index","ph":"M","ts":0,"pid":{rank},"tid":0,'
                  f'"args":{{"sort_index":{rank}}}}}']
         if self.cpu:
-            lines.append(f'{{"name":"thread_name","ph":"M","ts":0,"pid":{rank},"tid":{CPU_TID},"args":{{"name":"CPU"}}}}')
+            lines.append(f'{{"name":"thread_name","ph":"M","ts":0,"pid":{rank},"tid":{CPU_TID},'
+                         f'"args":{{"name":"CPU"}}}}')
             lines.append(f'{{"name":"thread_sort_index","ph":"M","ts":0,"pid":{rank},"tid":{CPU_TID},'
                          f'"args":{{"sort_index":-1}}}}')
         if not len(ops):
             return lines
-        start_ns = np.rint(ops["start"] * 1e9).astype(np.int64).tolist()
-        end_ns = np.rint(ops["end"] * 1e9).astype(np.int64).tolist()
-        issue_ns = np.rint(ops["issue"] * 1e9).astype(np.int64).tolist()
-        cols = {c: ops[c].tolist() for c in ("kind", "stream", "name", "sig", "flops", "nbytes", "source", "group",
-                                             "arg", "coll", "mem_delta")}
-        kinds, streams, name_ids = cols["kind"], cols["stream"], cols["name"]
+        start = np.rint(ops["start"] * 1e9).astype(np.int64)
+        issue = np.rint(ops["issue"] * 1e9).astype(np.int64)
+        end = np.maximum(np.rint(ops["end"] * 1e9).astype(np.int64), start)
+        sync_end = np.maximum(end, issue)
+        start_ns, end_ns, issue_ns = start.tolist(), end.tolist(), issue.tolist()
+        ts, dur, issue_ts = _us_list(start), _us_list(end - start), _us_list(issue)
+        sync_dur = _us_list(sync_end - issue)
+        kinds, streams, name_ids, sigs, colls, nbytes, groups, args, mem_deltas = (
+            ops[c].tolist() for c in ("kind", "stream", "name", "sig", "coll", "nbytes", "group", "arg", "mem_delta"))
+        flops = _num_list(ops["flops"])
+        sources = [S.SOURCE_NAMES.get(x, "?") for x in ops["source"].tolist()]
         lanes: dict[int, list[int]] = {}          # stream -> end ns of the last slice of each lane
         tids: dict[tuple[int, int], int] = {}     # (stream, lane) -> tid
-        names = self.names
+        names, n_names = self.names, len(self.names)
+        coll_name, coll_extra, n_coll = self.coll_name, self.coll_extra, len(self.coll_extra)
         iteration = 0
         mem = 0
         for i, k in enumerate(kinds):
             if k in _GPU:
-                s, e = start_ns[i], max(end_ns[i], start_ns[i])
-                stream = streams[i]
-                ends = lanes.setdefault(stream, [])
-                lane = next((j for j, last in enumerate(ends) if last <= s), len(ends))
+                s, e, stream = start_ns[i], end_ns[i], streams[i]
+                ends = lanes.get(stream)
+                if ends is None:
+                    ends = lanes[stream] = []
+                if ends and ends[0] <= s:
+                    lane = 0
+                else:
+                    lane = next((j for j, last in enumerate(ends) if last <= s), len(ends))
                 if lane == len(ends):
                     ends.append(e)
                 else:
@@ -177,60 +203,57 @@ class _Exporter:
                                  f'"args":{{"name":"{label}"}}}}')
                     lines.append(f'{{"name":"thread_sort_index","ph":"M","ts":0,"pid":{rank},"tid":{tid},'
                                  f'"args":{{"sort_index":{stream * 1000 + lane}}}}}')
-                lines.append(self._slice(rank, tid, i, k, s, e, name_ids[i], cols))
-                self.n_slices += 1
-                coll = cols["coll"][i]
-                if coll >= 0:
+                coll = colls[i]
+                name = names[name_ids[i]] if 0 < name_ids[i] < n_names else self._default_name(k, args[i], coll)
+                extra = ""
+                sig = sigs[i]
+                if sig >= 0:
+                    extra = f',"sig":{sig},"signature":{self._signature(sig)}' if self.with_signatures \
+                        else f',"sig":{sig}'
+                if k == _KERNEL:
+                    pass
+                elif k == _MEMCPY_KIND:
+                    extra += f',"direction":"{_MEMCPY.get(args[i], "?")}"'
+                elif k == _COLLECTIVE:
+                    extra += f',"group":{groups[i]},"root":{args[i]}'
+                else:
+                    extra += f',"peer":{args[i]},"group":{groups[i]}'
+                if 0 <= coll < n_coll:
+                    extra += coll_extra[coll]
                     self.parts[coll].append((s + (e - s) // 2, rank, tid))
-                if self.cpu:
-                    lines.append(f'{{"name":{names[name_ids[i]] if name_ids[i] else _str(_CATEGORY[k])},'
-                                 f'"cat":"launch","ph":"i","s":"t","ts":{us(issue_ns[i])},"pid":{rank},'
-                                 f'"tid":{CPU_TID},"args":{{"op":{i}}}}}')
-            elif self.cpu and k in _SYNC:
-                s, e = issue_ns[i], max(end_ns[i], issue_ns[i])
-                lines.append(f'{{"name":"{_SYNC[k]}","cat":"sync","ph":"X","ts":{us(s)},"dur":{us(e - s)},'
-                             f'"pid":{rank},"tid":{CPU_TID},"args":{{"op":{i}}}}}')
+                lines.append(f'{{"name":{name},"cat":"{_CATEGORY[k]}","ph":"X","ts":{ts[i]},"dur":{dur[i]},'
+                             f'"pid":{rank},"tid":{tid},"args":{{"op":{i},"stream":{stream},"flops":{flops[i]},'
+                             f'"bytes":{nbytes[i]},"source":"{sources[i]}"{extra}}}}}')
                 self.n_slices += 1
-            elif self.cpu and k == int(OpKind.ITER_MARK):
+                if self.cpu:
+                    lines.append(f'{{"name":{name},"cat":"launch","ph":"i","s":"t","ts":{issue_ts[i]},'
+                                 f'"pid":{rank},"tid":{CPU_TID},"args":{{"op":{i}}}}}')
+            elif k in _SYNC:
+                if self.cpu:
+                    lines.append(f'{{"name":"{_SYNC[k]}","cat":"sync","ph":"X","ts":{issue_ts[i]},'
+                                 f'"dur":{sync_dur[i]},"pid":{rank},"tid":{CPU_TID},"args":{{"op":{i}}}}}')
+                    self.n_slices += 1
+            elif k == _ITER_MARK:
                 iteration += 1
-                lines.append(f'{{"name":"iteration {iteration}","cat":"iteration","ph":"i","s":"p",'
-                             f'"ts":{us(issue_ns[i])},"pid":{rank},"tid":{CPU_TID},"args":{{"op":{i}}}}}')
-            delta = cols["mem_delta"][i]
-            if self.memory and delta:
+                if self.cpu:
+                    lines.append(f'{{"name":"iteration {iteration}","cat":"iteration","ph":"i","s":"p",'
+                                 f'"ts":{issue_ts[i]},"pid":{rank},"tid":{CPU_TID},"args":{{"op":{i}}}}}')
+            delta = mem_deltas[i]
+            if delta and self.memory:
                 mem += delta
-                lines.append(f'{{"name":"memory","ph":"C","ts":{us(issue_ns[i])},"pid":{rank},"tid":{CPU_TID},'
+                lines.append(f'{{"name":"memory","ph":"C","ts":{issue_ts[i]},"pid":{rank},"tid":{CPU_TID},'
                              f'"args":{{"allocated_bytes":{mem}}}}}')
         return lines
 
-    def _slice(self, rank: int, tid: int, i: int, kind: int, s: int, e: int, name_id: int,
-               cols: dict[str, list]) -> str:
-        cat = _CATEGORY[kind]
-        coll = cols["coll"][i]
-        if name_id:
-            name = self.names[name_id]
-        elif kind == int(OpKind.MEMCPY):
-            name = _str(f"memcpy {_MEMCPY.get(cols['arg'][i], '')}".rstrip())
-        elif kind == int(OpKind.COLLECTIVE) and 0 <= coll < len(self.coll_name):
-            name = self.names[self.coll_name[coll]]
-        else:
-            name = _str(cat if kind != int(OpKind.SEND) and kind != int(OpKind.RECV)
-                        else OpKind(kind).name.lower())
-        args = [f'"op":{i}', f'"stream":{cols["stream"][i]}', f'"flops":{_num(cols["flops"][i])}',
-                f'"bytes":{cols["nbytes"][i]}', f'"source":"{S.SOURCE_NAMES.get(cols["source"][i], "?")}"']
-        sig = cols["sig"][i]
-        if sig >= 0:
-            args.append(f'"sig":{sig}')
-            if self.with_signatures:
-                args.append(f'"signature":{self._signature(sig)}')
-        if kind == int(OpKind.MEMCPY):
-            args.append(f'"direction":"{_MEMCPY.get(cols["arg"][i], "?")}"')
-        elif kind in (int(OpKind.SEND), int(OpKind.RECV)):
-            args.append(f'"peer":{cols["arg"][i]},"group":{cols["group"][i]}')
-        elif kind == int(OpKind.COLLECTIVE):
-            args.append(f'"group":{cols["group"][i]},"root":{cols["arg"][i]}')
-        extra = self.coll_extra[coll] if 0 <= coll < len(self.coll_extra) else ""
-        return (f'{{"name":{name},"cat":"{cat}","ph":"X","ts":{us(s)},"dur":{us(e - s)},"pid":{rank},'
-                f'"tid":{tid},"args":{{{",".join(args)}{extra}}}}}')
+    def _default_name(self, kind: int, arg: int, coll: int) -> str:
+        """JSON name of an op that carries none: memcpy direction, collective name, send/recv."""
+        if kind == _MEMCPY_KIND:
+            return _str(f"memcpy {_MEMCPY.get(arg, '')}".rstrip())
+        if kind == _COLLECTIVE and 0 <= coll < len(self.coll_name) and 0 < self.coll_name[coll] < len(self.names):
+            return self.names[self.coll_name[coll]]
+        if kind in (int(OpKind.SEND), int(OpKind.RECV)):
+            return _str(OpKind(kind).name.lower())
+        return _str(_CATEGORY[kind])
 
     def _flows(self) -> list[str]:
         """Flow events chaining the parts of each collective, in time order of their anchors."""

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from functools import cached_property
+from itertools import repeat
 from typing import Any
 
 import h5py
@@ -144,19 +145,22 @@ class TraceReader:
             return np.empty(0, S.OP_DTYPE)
         return self._read_rows(ds, 0, len(ds), S.OP_DTYPE, f"the ops of rank {rank}", self._pool())
 
-    def iterations(self, rank: int) -> np.ndarray:
-        """Iteration-mark times of `rank` (s): the writer's marks, else the issue times of its ITER_MARK ops."""
+    def iterations(self, rank: int, ops: np.ndarray | None = None) -> np.ndarray:
+        """Iteration-mark times of `rank` (s): the writer's marks, else the issue times of its ITER_MARK ops
+        (taken from `ops` when the caller already read them)."""
         ds = self._rank_dataset(rank, S.ITERATIONS)
         if ds is not None and len(ds):
             return self._read(ds, slice(None), S.ITER_DTYPE, f"the iterations of rank {rank}")
-        ops = self.ops(rank)
+        if ops is None:
+            ops = self.ops(rank)
         return ops["issue"][ops["kind"] == int(OpKind.ITER_MARK)].astype(S.ITER_DTYPE)
 
     def iter_ops(self, rank: int) -> Iterator[Op]:
         """`rank`'s ops as engine `Op` objects in program order, read block by block."""
-        ds = self._rank_dataset(rank, S.OPS)
-        if ds is None:
-            return
+        ds = self._rank_dataset(rank, S.OPS)     # checked now, not at the first next()
+        return iter(()) if ds is None else self._iter_ops(ds, rank)
+
+    def _iter_ops(self, ds: h5py.Dataset, rank: int) -> Iterator[Op]:
         names = self.names
         what = f"the ops of rank {rank}"
         n = len(ds)
@@ -185,14 +189,12 @@ class TraceReader:
         gc_was_enabled = gc.isenabled()
         gc.disable()   # the new objects hold no cycles; collecting while building them only costs time
         try:
-            ops = [new(Op) for _ in range(len(rows))]
-            # Each column is assigned by a C-level loop (map over the slot descriptor's __set__): much faster
-            # than calling Op(...) with keywords once per row.
-            deque(map(Op.kind.__set__, ops, kinds), 0)
-            deque(map(Op.source.__set__, ops, sources), 0)
-            deque(map(Op.name.__set__, ops, op_names), 0)
-            for (attr, _), values in zip(_DIRECT, columns):
-                deque(map(getattr(Op, attr).__set__, ops, values), 0)
+            ops = list(map(new, repeat(Op, len(rows))))
+            # Each column is assigned by a C-level loop (map of setattr): several times faster than calling
+            # Op(...) with keywords once per row.
+            for attr, values in (("kind", kinds), ("source", sources), ("name", op_names),
+                                 *zip((a for a, _ in _DIRECT), columns)):
+                deque(map(setattr, ops, repeat(attr), values), 0)
         finally:
             if gc_was_enabled:
                 gc.enable()
@@ -278,13 +280,15 @@ class TraceReader:
         first = lo // c * c
         offsets = range(first, hi, c)
         out = np.empty(hi - lo, dtype)
+        out_bytes = out.view(np.uint8)   # copying bytes: numpy copies packed records field by field otherwise
+        size = dtype.itemsize
         with self._guard(what):
             stored = [ds.id.read_direct_chunk((off,)) for off in offsets]
             decode = lambda item: chunks.decode(item[1], item[0], dtype, c, filtered)   # noqa: E731
             blocks = pool.map(decode, stored) if pool is not None and len(stored) > 1 else map(decode, stored)
             for off, block in zip(offsets, blocks):
                 a, b = max(off, lo), min(off + c, hi)
-                out[a - lo:b - lo] = block[a - off:b - off]
+                out_bytes[(a - lo) * size:(b - lo) * size] = block.view(np.uint8)[(a - off) * size:(b - off) * size]
         return out
 
     def _pool(self) -> ThreadPoolExecutor:
@@ -362,8 +366,14 @@ def _open(path: str) -> h5py.File:
         raise TraceError(f"{path}: not an HDF5 file, so not a Phantora trace (no HDF5 signature; "
                          f"{size} bytes)")
     try:
-        # No file lock: the trace of a running job can be inspected between two of its flushes.
-        return h5py.File(path, "r", locking=False)
+        try:
+            # No file lock: the trace of a running job can be inspected between two of its flushes.
+            return h5py.File(path, "r", locking=False)
+        except OSError as e:
+            if "locking flag" not in str(e):
+                raise
+            # This process has the file open for writing, with locking: open it the same way.
+            return h5py.File(path, "r", locking="best-effort")
     except OSError as e:
         msg = str(e)
         if "truncated" in msg:

@@ -39,7 +39,7 @@ META_KEYS = {
     "created": "str: ISO 8601 UTC time the trace was created",
     "mode": "str: 'live' (a framework ran) or 'replay' (re-simulated from another trace)",
 }
-"""Documented keys of the JSON object in `meta`; a trace may hold more keys, readers ignore the ones they do not know."""
+"""Documented keys of the JSON object in `meta`; a trace may hold more, and readers ignore keys they do not know."""
 
 OP_DTYPE = np.dtype([
     ("kind", "u1"),          # OpKind

@@ -116,7 +116,7 @@ def summarize(reader: TraceReader, top: int = DEFAULT_TOP) -> dict[str, Any]:
     all_kernels = []
     for r in reader.ranks:
         ops = reader.ops(r)
-        entry = {"rank": r, **summarize_ops(ops, names, reader.iterations(r), top)}
+        entry = {"rank": r, **summarize_ops(ops, names, reader.iterations(r, ops), top)}
         ranks.append(entry)
         all_kernels.append(ops[ops["kind"] == int(OpKind.KERNEL)])
     kernels = np.concatenate(all_kernels) if all_kernels else np.empty(0, S.OP_DTYPE)

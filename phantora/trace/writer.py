@@ -1,13 +1,13 @@
 """Incremental writer of a Phantora trace (one HDF5 file, layout in docs/trace-format.md).
 
 Rows handed to the writer stay in memory until `flush()`, which writes every pending row and table, then flushes
-HDF5. Between flushes the file is not touched at all, so a run killed at any moment outside a flush leaves a file
-that reads back everything up to the last flush.
+HDF5. Between flushes the writer makes no HDF5 call at all, so a run killed at any moment outside a flush leaves a
+file that reads back everything up to the last flush.
 
-Fixed-size tables are written chunk by chunk with `write_direct_chunk`: full chunks are shuffled and deflated here
-(the standard HDF5 `shuffle` + `gzip` filters, readable by any HDF5 library; see chunks.py), in a thread pool since
-zlib releases the GIL. The last, partially filled chunk of a table is stored unfiltered (its filter mask says so) and rewritten at
-each flush, so frequent flushes never recompress old rows; `close()` deflates it.
+Fixed-size tables are written chunk by chunk with `write_direct_chunk` (see chunks.py): chunks are shuffled and
+deflated here, exactly as HDF5's standard `shuffle` + `gzip` filters would, by worker threads (zlib releases the
+GIL), each full chunk as soon as it fills. A flush also writes the partially filled last chunk of each table,
+zero-padded; the next flush that adds rows to that chunk rewrites it.
 """
 
 from __future__ import annotations
@@ -16,9 +16,10 @@ import json
 import os
 import platform
 import sys
-from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime, timezone
+from functools import partial
 from typing import Any
 
 import h5py
@@ -39,14 +40,17 @@ DEFAULT_MAX_PENDING_ROWS = 1 << 20
 _LIBVER = ("earliest", "v108")
 """HDF5 format bounds: superblock 0 keeps no "open for writing" flag, so a killed run's file opens without h5clear."""
 
-_Mapper = Callable[[Callable[[np.ndarray], bytes], list[np.ndarray]], Iterable[bytes]]
+_Encoder = Callable[[np.ndarray, "int | None"], "Future[bytes] | bytes"]
 
 
 class _ChunkedTable:
-    """A resizable 1-D dataset of fixed-size rows, written in whole chunks at each flush.
+    """A resizable 1-D dataset of fixed-size rows, written in whole, compressed chunks.
 
-    The dataset is created at the first flush that has rows for it. `tail` holds the rows of the last, partial chunk
-    already on disk; they are rewritten, with the new rows, at the next flush.
+    Rows are kept in chunk order from `start` (chunk-aligned): `ready` holds the encoded full chunks not yet
+    written (futures while a worker thread compresses them: a chunk is handed to the pool as soon as it fills, so
+    compression overlaps the caller's work), then `tail` and `partial` the rows of the chunk being filled. A flush
+    also encodes that partial chunk, zero-padded, and writes it; its rows stay in `tail` and are encoded again with
+    the rows that follow. The dataset is created at the first flush.
     """
 
     def __init__(self, path: str, dtype: np.dtype, chunk_rows: int, level: int | None):
@@ -54,60 +58,83 @@ class _ChunkedTable:
         self.dtype = np.dtype(dtype)
         self.chunk_rows = chunk_rows
         self.level = level
-        self.ds: h5py.Dataset | None = None
-        self.pending: list[np.ndarray] = []
-        self.n_pending = 0
-        self.n_disk = 0                       # rows on disk (the dataset's length)
-        self.tail = np.empty(0, self.dtype)   # rows of the last chunk on disk when it is partial
-        self.tail_is_raw = False              # the partial last chunk is stored unfiltered
+        self.created = False
+        self.start = 0                                  # first row of ready[0] (or of tail)
+        self.ready: list[Future[bytes] | bytes] = []
+        self.tail = np.empty(0, self.dtype)
+        self.partial: list[np.ndarray] = []
+        self.n_partial = 0
+        self.tail_on_disk = 0                           # rows of `tail` the file already holds
+        self.tail_blob: Future[bytes] | bytes | None = None
 
     @property
     def n_rows(self) -> int:
         """Rows appended so far, flushed or not."""
-        return self.n_disk + self.n_pending
+        return self.start + len(self.ready) * self.chunk_rows + len(self.tail) + self.n_partial
 
-    def append(self, rows: np.ndarray) -> None:
-        if len(rows):
-            self.pending.append(rows)
-            self.n_pending += len(rows)
-
-    def create(self, f: h5py.File) -> None:
-        if self.ds is None:
-            filters = {} if self.level is None else {"shuffle": True, "compression": "gzip",
-                                                      "compression_opts": self.level}
-            self.ds = f.create_dataset(self.path, shape=(0,), maxshape=(None,), dtype=self.dtype,
-                                       chunks=(self.chunk_rows,), **filters)
-            # Filter-mask bit i set = filter i of the pipeline was not applied to that chunk.
-            self.raw_mask = (1 << self.ds.id.get_create_plist().get_nfilters()) - 1
-
-    def flush(self, f: h5py.File, mapper: _Mapper, final: bool = False) -> None:
-        if not self.pending and not (final and self.tail_is_raw):
+    def append(self, rows: np.ndarray, encode: _Encoder | None) -> None:
+        """Add the caller's rows (copied before this returns); with `encode`, chunks that fill up are handed to it
+        at once."""
+        if not len(rows):
             return
-        self.create(f)
-        data = np.concatenate([self.tail, *self.pending]) if self.pending else self.tail
-        self.pending = []
-        self.n_pending = 0
+        self.partial.append(rows)
+        self.n_partial += len(rows)
+        if encode is not None and len(self.tail) + self.n_partial >= self.chunk_rows:
+            self._cut(encode)            # copies every row it keeps
+        else:
+            self.partial[-1] = rows.copy()
+
+    def _cut(self, encode: _Encoder) -> None:
+        """Move every full chunk of tail + partial to `ready`, encoded by `encode`."""
+        data = np.concatenate([self.tail, *self.partial])
+        self.partial, self.n_partial = [], 0
         c = self.chunk_rows
-        base = self.n_disk - len(self.tail)          # first row of `data`, chunk-aligned
         n_full = len(data) // c
-        blocks = [data[i * c:(i + 1) * c] for i in range(n_full)]
-        rest = data[n_full * c:]
-        if len(rest):
-            padded = np.zeros(c, self.dtype)
-            padded[:len(rest)] = rest
-            if final:
-                blocks.append(padded)
-        level = self.level
-        blobs = mapper(lambda b: chunks.encode(b, level), blocks)
-        self.ds.resize((base + len(data),))
-        write = self.ds.id.write_direct_chunk
-        for i, blob in enumerate(blobs):
-            write((base + i * c,), blob, 0)
-        self.tail_is_raw = bool(len(rest)) and not final
-        if self.tail_is_raw:
-            write((base + n_full * c,), padded.tobytes(), self.raw_mask)
-        self.tail = rest.copy()
-        self.n_disk = base + len(data)
+        self.ready.extend(encode(data[i * c:(i + 1) * c], self.level) for i in range(n_full))
+        self.tail = data[n_full * c:].copy()
+        if n_full:
+            self.tail_on_disk = 0
+
+    def prepare(self, encode: _Encoder) -> bool:
+        """First half of a flush: encode what the file lacks. False when there is nothing to write."""
+        if self.partial:
+            self._cut(encode)
+        if len(self.tail) > self.tail_on_disk:
+            padded = np.zeros(self.chunk_rows, self.dtype)
+            padded[:len(self.tail)] = self.tail
+            self.tail_blob = encode(padded, self.level)
+        return bool(self.ready) or self.tail_blob is not None or not self.created
+
+    def write(self, f: h5py.File) -> None:
+        """Second half of a flush: write the encoded chunks."""
+        ds = self.open(f)
+        ds.resize((self.n_rows,))
+        c = self.chunk_rows
+        write = ds.id.write_direct_chunk
+        for i, blob in enumerate(self.ready):
+            write((self.start + i * c,), _result(blob), 0)
+        self.start += len(self.ready) * c
+        self.ready = []
+        if self.tail_blob is not None:
+            write((self.start,), _result(self.tail_blob), 0)
+            self.tail_blob = None
+            self.tail_on_disk = len(self.tail)
+
+    def open(self, f: h5py.File) -> h5py.Dataset:
+        """The dataset, created on first use. Callers drop the handle when done (HDF5 keeps chunk-lookup state per
+        open dataset, which a reader in this process should not share)."""
+        if self.created:
+            return f[self.path]
+        filters = {} if self.level is None else {"shuffle": True, "compression": "gzip",
+                                                  "compression_opts": self.level}
+        ds = f.create_dataset(self.path, shape=(0,), maxshape=(None,), dtype=self.dtype,
+                              chunks=(self.chunk_rows,), **filters)
+        self.created = True
+        return ds
+
+
+def _result(blob: Future[bytes] | bytes) -> bytes:
+    return blob if isinstance(blob, bytes) else blob.result()
 
 
 class _StringTable:
@@ -206,7 +233,7 @@ class TraceWriter:
             a["flushes"] = np.int64(0)
             self._f.create_group(S.RANKS)
             for t in (self._collectives, self._dependencies):
-                t.create(self._f)
+                t.open(self._f)
             self._f.create_dataset(S.GROUPS, shape=(0,), maxshape=(None,), dtype=S.GROUP_DTYPE, chunks=(256,))
         except Exception:
             self._f.close()
@@ -239,7 +266,8 @@ class TraceWriter:
     # -- row tables --------------------------------------------------------------------------------------------
 
     def append_ops(self, rank: int, rows: np.ndarray) -> None:
-        """Append op rows (dtype schema.OP_DTYPE, program order) to `rank`'s table; they are copied."""
+        """Append op rows (dtype schema.OP_DTYPE, program order) to `rank`'s table; they are copied, so the
+        caller may reuse its array."""
         self._check_open()
         rows = _checked(rows, S.OP_DTYPE, "append_ops")
         rank = int(rank)
@@ -247,7 +275,7 @@ class TraceWriter:
         if table is None:
             table = self._ops[rank] = _ChunkedTable(f"{S.RANKS}/{rank}/{S.OPS}", S.OP_DTYPE, self._chunk_rows,
                                                     self._level)
-        table.append(rows)
+        table.append(rows, self._background_encoder())
         self._pending_ops += len(rows)
         if self._pending_ops >= self._max_pending:
             self.flush()
@@ -286,12 +314,12 @@ class TraceWriter:
     def append_collectives(self, rows: np.ndarray) -> None:
         """Append collective rows (dtype schema.COLL_DTYPE); op rows refer to them by row index (`coll`)."""
         self._check_open()
-        self._collectives.append(_checked(rows, S.COLL_DTYPE, "append_collectives"))
+        self._collectives.append(_checked(rows, S.COLL_DTYPE, "append_collectives"), self._background_encoder())
 
     def append_dependencies(self, rows: np.ndarray) -> None:
         """Append EVENT_RECORD -> STREAM_WAIT rows (dtype schema.DEP_DTYPE)."""
         self._check_open()
-        self._dependencies.append(_checked(rows, S.DEP_DTYPE, "append_dependencies"))
+        self._dependencies.append(_checked(rows, S.DEP_DTYPE, "append_dependencies"), self._background_encoder())
 
     def mark_iteration(self, rank: int, t: float) -> None:
         """Record that `rank` reached an iteration boundary at virtual time `t` (seconds)."""
@@ -301,7 +329,7 @@ class TraceWriter:
         if table is None:
             table = self._iterations[rank] = _ChunkedTable(f"{S.RANKS}/{rank}/{S.ITERATIONS}", S.ITER_DTYPE,
                                                            1024, self._level)
-        table.append(np.array([t], S.ITER_DTYPE))
+        table.append(np.array([t], S.ITER_DTYPE), None)
 
     def update_meta(self, items: dict[str, Any]) -> None:
         """Merge `items` into the run metadata; written at the next flush."""
@@ -349,9 +377,11 @@ class TraceWriter:
     def _write(self, final: bool, error: str | None = None) -> None:
         f = self._f
         try:
-            mapper = self._mapper()
-            for table in (*self._ops.values(), *self._iterations.values(), self._collectives, self._dependencies):
-                table.flush(f, mapper, final)
+            encode = self._background_encoder() or chunks.encode
+            tables = (*self._ops.values(), *self._iterations.values(), self._collectives, self._dependencies)
+            # Encode everything first, so that the partial chunks of all tables compress in parallel.
+            for table in [t for t in tables if t.prepare(encode)]:
+                table.write(f)
             self._pending_ops = 0
             self._flush_groups()
             self._strings.flush(f)
@@ -385,17 +415,13 @@ class TraceWriter:
         ds[n:] = rows
         self._groups_pending = []
 
-    def _mapper(self) -> _Mapper:
-        if self._threads <= 1:
-            return lambda fn, items: [fn(x) for x in items]
-
-        def run(fn, items):
-            if len(items) < 2:
-                return [fn(x) for x in items]
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(self._threads, thread_name_prefix="phantora-trace")
-            return self._pool.map(fn, items)   # yields in order while later chunks still compress
-        return run
+    def _background_encoder(self) -> _Encoder | None:
+        """Hands a chunk to the compression threads (None when compression is off or there is one thread)."""
+        if self._level is None or self._threads <= 1:
+            return None
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self._threads, thread_name_prefix="phantora-trace")
+        return partial(self._pool.submit, chunks.encode)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -406,7 +432,7 @@ def _checked(rows: np.ndarray, dtype: np.dtype, what: str) -> np.ndarray:
     if not isinstance(rows, np.ndarray) or rows.dtype != dtype or rows.ndim != 1:
         got = f"{type(rows).__name__} {getattr(rows, 'dtype', '')} {getattr(rows, 'shape', '')}".strip()
         raise ValueError(f"{what}: rows must be a 1-D numpy array of the schema dtype, got {got}")
-    return np.array(rows, copy=True)
+    return rows
 
 
 def _meta_json(meta: dict[str, Any]) -> str:
