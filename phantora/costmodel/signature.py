@@ -47,6 +47,9 @@ class Signature:
             object.__setattr__(self, "_hash", h)
         return h
 
+    def __getstate__(self) -> dict:           # the memoised hash is per process (string hashing is salted)
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+
     def key(self) -> str:
         """Canonical text form; equal signatures have equal keys."""
         k = self.__dict__.get("_key")
@@ -409,9 +412,11 @@ _DENSITY_GRID = 256
 def mask_density(block_mask: Any, q_len: int, kv_len: int) -> float | None:
     """Fraction of the (query, key) score matrix a flex-attention block mask leaves to compute, to 2 decimals.
 
-    From the block counts when the mask's tensors hold real data; otherwise by evaluating the mask function on a
-    256 x 256 grid of (q_idx, kv_idx) samples spread over the sequence (with fake mode unset). None when neither
-    works (e.g. a mask that closes over fake tensors): the cost model then assumes a full (dense) score matrix.
+    By evaluating the mask function on a 256 x 256 grid of (q_idx, kv_idx) samples spread over the sequence (with
+    fake mode unset): the fraction of (query, key) pairs kept, the convention under which a causal mask halves the
+    work. Failing that (a mask that closes over fake tensors), from the block counts when the mask's tensors hold
+    real data (partial and full blocks over all blocks). None when neither works: the cost model then assumes a
+    full (dense) score matrix.
     """
     import torch
 
@@ -420,18 +425,18 @@ def mask_density(block_mask: Any, q_len: int, kv_len: int) -> float | None:
     items = tuple(block_mask.as_tuple()) if hasattr(block_mask, "as_tuple") else tuple(block_mask)
     tensors_at = [i for i, x in enumerate(items) if isinstance(x, torch.Tensor)]
     mask_mod = next((x for x in reversed(items) if callable(x) and not isinstance(x, torch.Tensor)), None)
-    d = _density_from_blocks(items, tensors_at, q_len, kv_len)
-    if d is not None:
-        return d
-    if mask_mod is None:
-        return None
-    try:
-        per_fn = _DENSITY_CACHE.setdefault(mask_mod, {})
-    except TypeError:                                   # not weak-referenceable
-        per_fn = {}
-    if (q_len, kv_len) not in per_fn:
-        per_fn[(q_len, kv_len)] = _density_from_mask_mod(mask_mod, q_len, kv_len)
-    return per_fn[(q_len, kv_len)]
+    d = None
+    if mask_mod is not None:
+        try:
+            per_fn = _DENSITY_CACHE.setdefault(mask_mod, {})
+        except TypeError:                               # not weak-referenceable
+            per_fn = {}
+        if (q_len, kv_len) not in per_fn:
+            per_fn[(q_len, kv_len)] = _density_from_mask_mod(mask_mod, q_len, kv_len)
+        d = per_fn[(q_len, kv_len)]
+    if d is None:
+        d = _density_from_blocks(items, tensors_at, q_len, kv_len)
+    return d
 
 
 def _is_real(t: Any) -> bool:

@@ -1,0 +1,152 @@
+"""The cost model: one kernel signature on one GPU model -> Cost, from the best source available.
+
+Order of sources for a signature that launches a kernel:
+
+1. PROFILE   - this GPU's profile database has the signature;
+2. MEASURED  - live measurement on the local CUDA GPU, when asked for and present (results kept in memory);
+3. PROFILE   - (detail "interpolated") a matmul absent from the profile, interpolated from its nearest measured
+               GEMMs of the same dtype (phantora.costmodel.interpolate);
+4. CROSS_GPU - another GPU's profile has the signature (or a near GEMM): its duration scaled by the ratio of the two
+               GPUs' roofline estimates;
+5. ROOFLINE  - FLOPs and bytes against this GPU's peaks and per-family efficiencies.
+
+Views, metadata, allocation-only ops and collectives cost nothing here (`is_view=True`, source NONE); collectives
+are the network model's. Every result is cached by signature (the same signature repeats thousands of times a run).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..engine.ops import CostSource
+from ..errors import PhantoraError
+from ..gpus import GPUSpec, load_gpu
+from .cost import Cost
+from .families import work
+from .interpolate import MatmulInterpolator
+from .profiledb import summarize
+from .roofline import EfficiencyTable, RooflineModel
+from .signature import Signature
+
+if TYPE_CHECKING:
+    from .profiledb import ProfileDB
+
+
+def _norm_name(s: str) -> str:
+    return " ".join(s.lower().replace("nvidia", "").split())
+
+
+class CostModel:
+    """Costs kernel signatures on `gpu` (see module docstring for the order of sources)."""
+
+    def __init__(self, gpu: GPUSpec, profile_db: "ProfileDB | None" = None, measure_live: bool = False,
+                 fallback_gpu_db: "ProfileDB | None" = None, *, fallback_gpu: GPUSpec | None = None,
+                 table: EfficiencyTable | None = None, interpolate: bool = True, live_repeats: int = 20,
+                 allow_other_live_gpu: bool = False):
+        self.gpu = gpu
+        self.roofline = RooflineModel(gpu, table)
+        if profile_db is not None and profile_db.gpu != gpu.name:
+            raise PhantoraError(f"profile database {profile_db.path} was measured on '{profile_db.gpu}', not on "
+                                f"'{gpu.name}'; pass it as fallback_gpu_db to scale it across GPUs")
+        self.profile_db = profile_db
+        self.fallback_db = fallback_gpu_db
+        self.fallback_roofline: RooflineModel | None = None
+        if fallback_gpu_db is not None:
+            other = fallback_gpu or load_gpu(fallback_gpu_db.gpu)
+            if other.name != fallback_gpu_db.gpu:
+                raise PhantoraError(f"fallback profile {fallback_gpu_db.path} is of '{fallback_gpu_db.gpu}', "
+                                    f"but fallback_gpu is '{other.name}'")
+            # Same architecture: same efficiencies, so the ratio is the hardware's (peaks, bandwidth). Otherwise
+            # each GPU is modelled with its own architecture's table.
+            same_arch = other.arch.lower() == gpu.arch.lower()
+            self.fallback_roofline = RooflineModel(other, self.roofline.table if same_arch else None)
+        self._interp = MatmulInterpolator(profile_db) if (profile_db is not None and interpolate) else None
+        self._fallback_interp = MatmulInterpolator(fallback_gpu_db) if (fallback_gpu_db is not None and interpolate) \
+            else None
+        self.live_repeats = live_repeats
+        self.measure_live = False
+        if measure_live:
+            from .measure import cuda_available, local_device_name
+
+            if cuda_available():
+                local = local_device_name()
+                if not allow_other_live_gpu and gpu.display_name and _norm_name(local) != _norm_name(
+                        gpu.display_name):
+                    raise PhantoraError(f"live measurement would time '{local}', but the simulated GPU is "
+                                        f"'{gpu.display_name}'; simulate the local GPU, or pass "
+                                        "allow_other_live_gpu=True to accept its timings")
+                self.measure_live = True
+        self.live: dict[str, list[float]] = {}    # signature key -> measured samples (us), for saving to a profile
+        self._cache: dict[Signature, Cost] = {}
+        self._key_cache: dict[str, Cost] = {}
+        self.stats: dict[CostSource, int] = {}    # uncached estimates per source
+
+    def estimate(self, sig: Signature) -> Cost:
+        """The cost of one launch of `sig` on this GPU (cached)."""
+        c = self._cache.get(sig)
+        if c is None:
+            c = self._cache[sig] = self._estimate(sig)
+        return c
+
+    def estimate_key(self, key: str) -> Cost:
+        """Same as `estimate`, for a signature given by its key (replay's signature table)."""
+        c = self._key_cache.get(key)
+        if c is None:
+            c = self._key_cache[key] = self.estimate(Signature.from_key(key))
+        return c
+
+    def clear_cache(self) -> None:
+        self._cache.clear()
+        self._key_cache.clear()
+
+    def _estimate(self, sig: Signature) -> Cost:
+        w = work(sig)
+        if w.is_view:
+            c = self.roofline.cost_of(w)
+            self._count(c.source)
+            return c
+        c = self._from_sources(sig, w)
+        self._count(c.source)
+        return c
+
+    def _count(self, source: CostSource) -> None:
+        self.stats[source] = self.stats.get(source, 0) + 1
+
+    def _from_sources(self, sig: Signature, w) -> Cost:
+        key = sig.key()
+        if self.profile_db is not None:
+            rec = self.profile_db.lookup(key)
+            if rec is not None:
+                return Cost(rec.median_us * 1e-6, w.flops, w.nbytes, w.family, CostSource.PROFILE)
+        if self.measure_live and not w.xfer:
+            from .measure import measure_signature
+
+            samples = self.live.get(key)
+            if samples is None:
+                try:
+                    samples = measure_signature(sig, self.live_repeats)
+                except PhantoraError:
+                    samples = []
+                self.live[key] = samples
+            if samples:
+                return Cost(summarize(samples).median_us * 1e-6, w.flops, w.nbytes, w.family, CostSource.MEASURED)
+        if self._interp is not None:
+            r = self._interp.estimate(sig, self.roofline)
+            if r is not None:
+                return Cost(r[0], w.flops, w.nbytes, w.family, CostSource.PROFILE, detail="interpolated")
+        if self.fallback_db is not None and self.fallback_roofline is not None:
+            rec = self.fallback_db.lookup(key)
+            other_t, detail = None, ""
+            if rec is not None:
+                other_t = rec.median_us * 1e-6
+            elif self._fallback_interp is not None:
+                r = self._fallback_interp.estimate(sig, self.fallback_roofline)
+                if r is not None:
+                    other_t, detail = r[0], "interpolated"
+            if other_t is not None:
+                here = self.roofline.duration(w)
+                there = self.fallback_roofline.duration(w)
+                if there > 0:
+                    return Cost(other_t * here / there, w.flops, w.nbytes, w.family, CostSource.CROSS_GPU,
+                                detail=detail)
+        return self.roofline.cost_of(w)

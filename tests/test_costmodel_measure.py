@@ -1,0 +1,156 @@
+"""Live measurement: clear errors without CUDA, input construction on CPU, physics checks on a real GPU."""
+
+import pytest
+import torch
+
+from phantora.costmodel.families import work
+from phantora.costmodel.measure import (build_inputs, cuda_available, measure_signature, profile_signatures,
+                                        resolve_op)
+from phantora.costmodel.profiledb import ProfileDB
+from phantora.costmodel.signature import Signature, signature_of
+from phantora.errors import PhantoraError
+
+from test_costmodel_gpus import H100
+
+aten = torch.ops.aten
+BF, F32 = torch.bfloat16, torch.float32
+needs_cuda = pytest.mark.skipif(not cuda_available(), reason="needs a CUDA GPU")
+no_cuda = pytest.mark.skipif(cuda_available(), reason="checks the CPU-only behaviour")
+
+
+def T(*shape, dtype=BF):
+    return torch.empty(shape, dtype=dtype, device="meta")
+
+
+def L(*shape):
+    return torch.empty(shape, dtype=torch.int64, device="meta")
+
+
+def S(op, *args, **kwargs):
+    return signature_of(op, args, kwargs)
+
+
+@no_cuda
+def test_measurement_without_cuda_is_a_clear_error(tmp_path):
+    sig = S(aten.mm.default, T(64, 64), T(64, 64))
+    with pytest.raises(PhantoraError, match="CUDA"):
+        measure_signature(sig)
+    db = ProfileDB.create(tmp_path / "p.h5", gpu="h100-sxm-80gb")
+    with pytest.raises(PhantoraError, match="CUDA"):
+        profile_signatures([sig], db)
+
+
+def test_unknown_op_is_reported():
+    with pytest.raises(PhantoraError, match="unknown op"):
+        resolve_op("aten.no_such_op_anywhere.default")
+
+
+ROUND_TRIP = [
+    (aten.mm.default, (T(64, 32), T(32, 16)), {}),
+    (aten.mm.default, (T(64, 32), T(16, 32).t()), {}),                  # strides survive
+    (aten.add.Tensor, (T(8, 16), T(16)), {}),
+    (aten.sum.dim_IntList, (T(8, 16), [-1], True), {}),
+    (aten._to_copy.default, (T(8, 16),), {"dtype": F32}),
+    (aten.native_layer_norm.default, (T(8, 16, dtype=F32), [16], T(16, dtype=F32), T(16, dtype=F32), 1e-5), {}),
+    (aten._softmax.default, (T(8, 16), -1, False), {}),
+    (aten.cat.default, ([T(4, 8), T(4, 8), T(4, 2)], 1), {}),
+    (aten.embedding.default, (T(100, 8), L(4, 5)), {}),
+    (aten.index.Tensor, (T(50, 8), [None, L(3)]), {}),
+    (aten._foreach_add_.List, ([T(10, dtype=F32)] * 3, [T(10, dtype=F32)] * 3), {}),
+    (aten._fused_adamw_.default, ([T(10, dtype=F32)] * 2, [T(10, dtype=F32)] * 2, [T(10, dtype=F32)] * 2,
+                                  [T(10, dtype=F32)] * 2, [], [T(dtype=F32)] * 2),
+     dict(lr=1e-3, beta1=0.9, beta2=0.95, weight_decay=0.1, eps=1e-8, amsgrad=False, maximize=False)),
+    (aten.nll_loss_forward.default, (T(16, 10, dtype=F32), L(16), None, 1, -100), {}),
+]
+
+
+@pytest.mark.parametrize("op,args,kwargs", ROUND_TRIP, ids=lambda x: str(x)[:40] if not isinstance(x, tuple) else "")
+def test_built_inputs_reproduce_the_signature_and_run(op, args, kwargs):
+    sig = signature_of(op, args, kwargs)
+    real_args, real_kwargs = build_inputs(sig, "cpu")
+    assert signature_of(op, real_args, real_kwargs) == sig
+    op(*real_args, **real_kwargs)                        # the op accepts them (index bounds respected, etc.)
+
+
+def test_index_tensors_stay_within_bounds():
+    emb = build_inputs(S(aten.embedding.default, T(37, 8), L(1000)), "cpu")[0]
+    assert int(emb[1].min()) >= 0 and int(emb[1].max()) < 37
+    g = build_inputs(S(aten.gather.default, T(10, 13), 1, L(10, 500)), "cpu")[0]
+    assert int(g[2].max()) < 13
+    nll = build_inputs(S(aten.nll_loss_forward.default, T(64, 7, dtype=F32), L(64), None, 1, -100), "cpu")[0]
+    assert int(nll[1].max()) < 7
+    dense = build_inputs(S(aten.embedding_dense_backward.default, T(50, 8), L(50), 11, -1, False), "cpu")[0]
+    assert int(dense[1].max()) < 11
+
+
+def test_inputs_of_log_are_positive_and_values_sane():
+    x = build_inputs(S(aten.log.default, T(10000, dtype=F32)), "cpu")[0][0]
+    assert float(x.min()) > 0
+    y = build_inputs(S(aten.add.Tensor, T(10000, dtype=F32), T(10000, dtype=F32)), "cpu")[0][0]
+    assert torch.isfinite(y).all() and 0.1 < float(y.std()) < 10 and float(y.min()) < 0
+
+
+def test_broadcast_strides_are_rebuilt():
+    sig = S(aten.mul.Tensor, T(8, 16), T(16).expand(8, 16))
+    args = build_inputs(sig, "cpu")[0]
+    assert args[1].stride() == (0, 1)
+
+
+def test_flex_attention_is_not_measured_live():
+    sig = Signature("higher_order.flex_attention", ((1, 2, 64, 16),) * 3, ("bfloat16",) * 3)
+    with pytest.raises(PhantoraError, match="flex_attention"):
+        build_inputs(sig, "cpu")
+
+
+# ---- on a real GPU ---------------------------------------------------------------------------------------------------
+
+def _local_spec():
+    name = torch.cuda.get_device_name()
+    if "H100" in name:
+        return H100
+    if "H200" in name:                        # H200 SXM: H100's compute, 4.8 TB/s HBM3e (NVIDIA H200 datasheet)
+        from dataclasses import replace
+        return replace(H100, name="h200-sxm-141gb", hbm_bandwidth_gbyte_per_s=4800.0)
+    pytest.skip(f"no datasheet figures for {name} in this test")
+
+
+GPU_CASES = [
+    (aten.mm.default, (T(4096, 4096), T(4096, 4096)), {}),
+    (aten.mm.default, (T(8192, 4096), T(14336, 4096).t()), {}),
+    (aten.add.Tensor, (T(1 << 26), T(1 << 26)), {}),
+    (aten._to_copy.default, (T(1 << 26),), {"dtype": F32}),
+    (aten._softmax.default, (T(8192, 32000), -1, False), {}),
+    (aten._scaled_dot_product_flash_attention.default, (T(1, 32, 4096, 128),) * 3, {"is_causal": True}),
+]
+
+
+@needs_cuda
+@pytest.mark.parametrize("op,args,kwargs", GPU_CASES, ids=lambda x: str(x)[:40] if not isinstance(x, tuple) else "")
+def test_measured_durations_respect_the_datasheet_roofline(op, args, kwargs):
+    gpu = _local_spec()
+    sig = signature_of(op, args, kwargs)
+    w = work(sig)
+    samples = measure_signature(sig, repeats=10)
+    assert len(samples) >= 3 and all(s > 0 for s in samples)
+    median = sorted(samples)[len(samples) // 2] * 1e-6
+    # no kernel beats the densest peak of the chip nor its DRAM bandwidth (L2 is flushed between runs)
+    floor = max(w.flops / (max(gpu.peak_tflops.values()) * 1e12), w.nbytes / gpu.hbm_bytes_per_s)
+    assert median >= floor
+    assert median < 100 * floor + 50e-6        # and the measurement is not absurdly slow either
+
+
+@needs_cuda
+def test_measured_matmul_time_grows_with_size():
+    small = measure_signature(S(aten.mm.default, T(1024, 1024), T(1024, 1024)), repeats=10)
+    big = measure_signature(S(aten.mm.default, T(4096, 4096), T(4096, 4096)), repeats=10)
+    assert sorted(big)[len(big) // 2] > 8 * sorted(small)[len(small) // 2]
+
+
+@needs_cuda
+def test_live_cost_model_reports_measured_source():
+    from phantora.costmodel.model import CostModel
+    from phantora.engine.ops import CostSource
+
+    model = CostModel(_local_spec(), measure_live=True, allow_other_live_gpu=True)
+    c = model.estimate(S(aten.mm.default, T(2048, 2048), T(2048, 2048)))
+    assert c.source == CostSource.MEASURED and c.duration_s > 0
