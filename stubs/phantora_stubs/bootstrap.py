@@ -1,0 +1,177 @@
+"""Bootstrap of a simulated rank process (called by stubs/sitecustomize.py when PHANTORA_RANK is set).
+
+`install()`, before the user's program runs and without importing torch:
+1. reads the configuration from the environment (config.py) and loads the GPU preset;
+2. creates the runtime from `RUNTIME_FACTORIES` (key: `PHANTORA_RUNTIME`, or the scheme of an address such as
+   `tcp://host:port`, or "remote" for any other value);
+3. fills in the torchrun variables the program may read (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
+   MASTER_ADDR, MASTER_PORT) where they are missing;
+4. replaces the `time` module's clocks with the rank's virtual clock;
+5. loads the fake CUDA library (building it once per torch install); on a CUDA build of torch too, unless
+   PHANTORA_FAKE_CUDA=cpu-only (its guard then replaces the real one right after `import torch`), so that a rank
+   never touches the real GPU;
+6. arranges that, as soon as `torch` has been imported, the torch-side pieces are installed: torch.cuda stand-ins,
+   the global fake mode and the interceptor, the torch.distributed backend, and the post-import patches of
+   DeviceMesh, flex attention and torch.distributed.set_timeout.
+
+Child processes of a rank (DataLoader workers started with spawn, compile workers) inherit PHANTORA_RANK; they are
+recognised by PHANTORA_RANK_PID (the rank's own pid) and left alone.
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib.abc
+import importlib.machinery
+import os
+import sys
+from typing import Any, Callable
+
+from phantora.gpus import load_gpu
+
+from . import build, clock, context
+from .config import StubConfig
+from .runtime import LocalRuntime, Runtime
+
+
+def _local_factory(config: StubConfig, gpu: Any, capacity: int) -> Runtime:
+    return LocalRuntime(capacity_bytes=capacity, rank=config.rank, world_size=config.world_size,
+                        local_rank=config.local_rank, launch_overhead_s=config.launch_overhead_s, oplog=config.oplog,
+                        record=False)
+
+
+RUNTIME_FACTORIES: dict[str, Callable[[StubConfig, Any, int], Runtime]] = {"local": _local_factory}
+"""Runtime constructors by key; the lead's engine adds "remote" (and any address scheme it serves)."""
+
+
+def _runtime_key(value: str) -> str:
+    if value in RUNTIME_FACTORIES:
+        return value
+    if "://" in value:
+        scheme = value.split("://", 1)[0]
+        if scheme in RUNTIME_FACTORIES:
+            return scheme
+    return "remote"
+
+
+def make_runtime(config: StubConfig, gpu: Any, capacity: int) -> Runtime:
+    key = _runtime_key(config.runtime)
+    factory = RUNTIME_FACTORIES.get(key)
+    if factory is None:
+        from .errors import StubConfigError
+        raise StubConfigError(f"PHANTORA_RUNTIME={config.runtime!r}: no runtime '{key}' is registered "
+                              f"(known: {', '.join(sorted(RUNTIME_FACTORIES))})")
+    return factory(config, gpu, capacity)
+
+
+# ---- post-import hooks ----------------------------------------------------------------------------------------------
+
+_HOOKS: dict[str, list[Callable[[Any], None]]] = {}
+
+
+class _HookedLoader(importlib.abc.Loader):
+    def __init__(self, loader: Any, name: str):
+        self._loader = loader
+        self._name = name
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module):
+        self._loader.exec_module(module)
+        for hook in _HOOKS.pop(self._name, []):
+            hook(module)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._loader, name)
+
+
+class _PostImportFinder(importlib.abc.MetaPathFinder):
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname not in _HOOKS:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                    spec.loader = _HookedLoader(spec.loader, fullname)
+                return spec
+        return None
+
+
+_FINDER = _PostImportFinder()
+
+
+def when_imported(name: str, hook: Callable[[Any], None]) -> None:
+    """Run `hook(module)` once `name` has been imported (now, if it already is)."""
+    mod = sys.modules.get(name)
+    if mod is not None and getattr(getattr(mod, "__spec__", None), "_initializing", False) is False:
+        hook(mod)
+        return
+    _HOOKS.setdefault(name, []).append(hook)
+    if _FINDER not in sys.meta_path:
+        sys.meta_path.insert(0, _FINDER)
+
+
+# ---- install --------------------------------------------------------------------------------------------------------
+
+def is_rank_child() -> bool:
+    pid = os.environ.get("PHANTORA_RANK_PID")
+    return pid is not None and pid != str(os.getpid())
+
+
+def install() -> context.Context | None:
+    """Set the rank up (idempotent); None in a child process of a rank."""
+    if context.CTX is not None:
+        return context.CTX
+    if is_rank_child():
+        return None
+    config = StubConfig.from_env()
+    gpu = load_gpu(config.gpu)
+    capacity = config.vram_bytes or gpu.memory_bytes
+    runtime = make_runtime(config, gpu, capacity)
+    ctx = context.Context(config=config, runtime=runtime, gpu=gpu)
+    context.CTX = ctx
+    os.environ["PHANTORA_RANK_PID"] = str(os.getpid())
+    os.environ["PHANTORA_LOCAL_DEVICES"] = str(config.local_devices)    # read by the fake CUDA library
+    for key, value in (("RANK", config.rank), ("WORLD_SIZE", config.world_size),
+                       ("LOCAL_RANK", config.local_rank),
+                       ("LOCAL_WORLD_SIZE", min(config.local_devices, config.world_size)),
+                       ("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", 29500)):
+        os.environ.setdefault(key, str(value))
+    clock.install(lambda: ctx.runtime, config.epoch)
+    atexit.register(runtime.close)
+    if "torch" in sys.modules:
+        raise RuntimeError("phantora stubs must be installed before torch is imported")
+    torch_install = build.find_torch()
+    ctx.extras["cuda_build"] = torch_install.cuda_build
+    ctx.lib = build.ensure_fake_cuda()
+    when_imported("torch", lambda torch: install_torch(ctx))
+    return ctx
+
+
+def install_torch(ctx: context.Context) -> None:
+    """The torch-side pieces (runs right after `import torch` completes)."""
+    if ctx.dev is not None:
+        return
+    from . import cuda_api, distributed, fake
+    from .comm import GroupRegistry
+    from .costing import Coster
+    from .devstate import DeviceState
+    from .memtrack import MemoryTracker
+
+    if ctx.extras.get("cuda_build") and ctx.lib is not None:
+        ctx.lib.phantora_force_guard()      # a CUDA build: libtorch_cuda registered its own guard meanwhile
+    ctx.dev = DeviceState(ctx.lib, ctx.config.local_devices)
+    ctx.coster = Coster(ctx.gpu, ctx.runtime.intern_signature, ctx.config.cost_model)
+    ctx.mem = MemoryTracker(ctx.runtime, ctx.dev, ctx.gpu.display_name)
+    ctx.groups = GroupRegistry(ctx.runtime, ctx.dev)
+    cuda_api.install(ctx)
+    fake.install(ctx)
+    distributed.install(ctx)
+    when_imported("torch.distributed.device_mesh", fake.patch_device_mesh)
+    when_imported("torch.nn.attention.flex_attention", fake.patch_flex_attention)
+    fake.patch_distributed(sys.modules["torch.distributed"])
+    clock.METER.reset()

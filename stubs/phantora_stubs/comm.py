@@ -1,0 +1,85 @@
+"""Process groups as the simulator knows them, and how a collective becomes ops on a rank's streams.
+
+Group ids are assigned in creation order. Every rank creates the same groups in the same order (SPMD: new_group
+must be called by all ranks, split_group by all ranks of the parent), so the ids agree across ranks without any
+communication. The world group is id 0.
+
+Each group has its own communication stream, as ProcessGroupNCCL does. A collective launched on a group:
+  EVENT_RECORD(current stream, e1); STREAM_WAIT(comm stream, e1)      -- the collective sees the inputs
+  COLLECTIVE / SEND / RECV on the comm stream
+  EVENT_RECORD(comm stream, e2)                                        -- its completion
+and waiting on it (Work.wait(), wait_tensor) makes the current stream wait for e2.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from phantora.engine.ops import Op, OpKind
+
+from .clock import METER
+
+
+@dataclass
+class GroupInfo:
+    gid: int
+    ranks: list[int]          # global ranks in group-rank order
+    name: str
+    comm_stream: int
+
+    @property
+    def size(self) -> int:
+        return len(self.ranks)
+
+
+class GroupRegistry:
+    def __init__(self, runtime, dev):
+        self.runtime = runtime
+        self.dev = dev
+        self._next = 0
+        self.by_gid: dict[int, GroupInfo] = {}
+        self._by_name: dict[str, GroupInfo] = {}
+
+    def next_gid(self) -> int:
+        """Reserve the next group id (call once per group creation, on every rank, member or not)."""
+        gid = self._next
+        self._next += 1
+        return gid
+
+    def add(self, gid: int, ranks: list[int], name: str) -> GroupInfo:
+        info = GroupInfo(gid=gid, ranks=list(ranks), name=name, comm_stream=self.dev.new_stream_id())
+        self.by_gid[gid] = info
+        self._by_name[name] = info
+        self.runtime.register_group(gid, list(ranks), name)
+        return info
+
+    def rename(self, info: GroupInfo, name: str) -> None:
+        self._by_name.pop(info.name, None)
+        info.name = name
+        self._by_name[name] = info
+
+    def by_name(self, name: str) -> GroupInfo | None:
+        return self._by_name.get(str(name))
+
+
+def launch(ctx, kind: OpKind, name: str, group: GroupInfo, nbytes: int, arg: int = -1) -> int:
+    """Emit a collective / p2p op on the group's stream, ordered after the current stream; returns its event."""
+    rt, dev = ctx.runtime, ctx.dev
+    cur = dev.stream()
+    e1 = dev.new_event_id()
+    rt.submit(Op(OpKind.EVENT_RECORD, stream=cur, arg=e1, cpu_delta=METER.claim()))
+    rt.submit(Op(OpKind.STREAM_WAIT, stream=group.comm_stream, arg=e1))
+    rt.submit(Op(kind, stream=group.comm_stream, name=name, group=group.gid, nbytes=int(nbytes), arg=arg))
+    e2 = dev.new_event_id()
+    rt.submit(Op(OpKind.EVENT_RECORD, stream=group.comm_stream, arg=e2))
+    return e2
+
+
+def join(ctx, event_id: int) -> None:
+    """Make the current stream wait for a collective's completion event."""
+    ctx.runtime.submit(Op(OpKind.STREAM_WAIT, stream=ctx.dev.stream(), arg=event_id, cpu_delta=METER.claim()))
+
+
+def group_marker(ctx, kind: OpKind) -> None:
+    """GROUP_START / GROUP_END around a batch of point-to-point ops."""
+    ctx.runtime.submit(Op(kind, stream=ctx.dev.stream(), cpu_delta=METER.claim()))

@@ -1,0 +1,77 @@
+"""The rank's configuration, read from environment variables (docs/stubs.md lists every one)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from .errors import StubConfigError
+
+DEFAULT_GPU = "h100-sxm-80gb"
+
+
+def _int(name: str, default: int | None) -> int | None:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise StubConfigError(f"environment variable {name}={raw!r} must be an integer") from None
+
+
+def _float(name: str, default: float | None) -> float | None:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return float(raw)
+    except ValueError:
+        raise StubConfigError(f"environment variable {name}={raw!r} must be a number") from None
+
+
+@dataclass(frozen=True)
+class StubConfig:
+    rank: int                      # PHANTORA_RANK: global rank of this process
+    world_size: int                # PHANTORA_WORLD_SIZE (default 1)
+    local_rank: int                # PHANTORA_LOCAL_RANK (default: rank % local_devices)
+    local_devices: int             # PHANTORA_LOCAL_DEVICES: GPUs per simulated host (default 8)
+    gpu: str                       # PHANTORA_GPU: GPU preset name or TOML path (default h100-sxm-80gb)
+    vram_bytes: int | None         # PHANTORA_VRAM_BYTES: overrides the preset's memory size
+    runtime: str                   # PHANTORA_RUNTIME: "local" or an address handled by a registered factory
+    cost_model: str                # PHANTORA_COSTMODEL: package providing signature_of and CostModel
+    launch_overhead_s: float       # PHANTORA_LAUNCH_OVERHEAD_US (LocalRuntime only), in seconds
+    epoch: float | None            # PHANTORA_EPOCH: Unix time that virtual time 0 maps to (default: start time)
+    oplog: str | None              # PHANTORA_OPLOG: write the op stream as JSON lines here (LocalRuntime only)
+
+    @classmethod
+    def from_env(cls) -> "StubConfig":
+        rank = _int("PHANTORA_RANK", None)
+        if rank is None:
+            raise StubConfigError("PHANTORA_RANK is not set")
+        world = _int("PHANTORA_WORLD_SIZE", 1)
+        local_devices = _int("PHANTORA_LOCAL_DEVICES", 8)
+        if world is None or world < 1:
+            raise StubConfigError(f"PHANTORA_WORLD_SIZE must be at least 1, got {world}")
+        if not 0 <= rank < world:
+            raise StubConfigError(f"PHANTORA_RANK={rank} is outside the world of PHANTORA_WORLD_SIZE={world}")
+        if local_devices is None or local_devices < 1:
+            raise StubConfigError(f"PHANTORA_LOCAL_DEVICES must be at least 1, got {local_devices}")
+        local_rank = _int("PHANTORA_LOCAL_RANK", rank % local_devices)
+        assert local_rank is not None
+        if not 0 <= local_rank < local_devices:
+            raise StubConfigError(f"PHANTORA_LOCAL_RANK={local_rank} is outside 0..{local_devices - 1} "
+                                  f"(PHANTORA_LOCAL_DEVICES={local_devices})")
+        vram = _int("PHANTORA_VRAM_BYTES", None)
+        if vram is not None and vram <= 0:
+            raise StubConfigError(f"PHANTORA_VRAM_BYTES must be positive, got {vram}")
+        overhead_us = _float("PHANTORA_LAUNCH_OVERHEAD_US", 4.0)
+        assert overhead_us is not None
+        if overhead_us < 0:
+            raise StubConfigError(f"PHANTORA_LAUNCH_OVERHEAD_US must not be negative, got {overhead_us}")
+        return cls(rank=rank, world_size=world, local_rank=local_rank, local_devices=local_devices,
+                   gpu=os.environ.get("PHANTORA_GPU") or DEFAULT_GPU, vram_bytes=vram,
+                   runtime=os.environ.get("PHANTORA_RUNTIME") or "local",
+                   cost_model=os.environ.get("PHANTORA_COSTMODEL") or "phantora.costmodel",
+                   launch_overhead_s=overhead_us * 1e-6, epoch=_float("PHANTORA_EPOCH", None),
+                   oplog=os.environ.get("PHANTORA_OPLOG") or None)

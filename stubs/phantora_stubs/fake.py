@@ -1,0 +1,312 @@
+"""Fake tensors for the whole program, and the patches PyTorch needs to run on them.
+
+`install(ctx)` enters one global `FakeTensorMode(allow_non_fake_inputs=True)` (with `avoid_device_init` forced on,
+so `torch.tensor(x, device='cuda')` never attempts a real copy) and the interceptor above it, on the main thread,
+for the rest of the program. Then it applies:
+- `torch.utils.swap_tensors` that tolerates fake tensors (their fake mode holds weak references to them), used by
+  `nn.Module.to()` / `to_empty()`;
+- DeviceMesh bookkeeping (a small CPU tensor of ranks, `nonzero`, `tolist`) with the fake mode unset;
+- a no-op Meta kernel for `aten::record_stream`;
+- `torch.compile` (and `nn.Module.compile`) as identity: compiled runs need their own model of fusion;
+- a `triton` stub package when triton is not installed (see triton_stub.py);
+- `torch.nn.attention.flex_attention._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG = True`, so eager flex attention runs as
+  the `flex_attention` higher-order op the interceptor sees;
+- `torch.distributed.set_timeout` when torch lacks it (a no-op);
+- `Tensor.tolist()` / `Tensor.numpy()` answering from the value table (values.py), and `UntypedStorage.resize_`
+  reporting size changes of fake CUDA storages to the memory tracker;
+- an `OpKind.ITER_MARK` after every optimizer step (a global optimizer step post hook);
+- a fork handler: a forked child (DataLoader worker) leaves the fake mode and produces real tensors.
+"""
+
+from __future__ import annotations
+
+import copyreg
+import functools
+import os
+import warnings
+from typing import Any
+
+import torch
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode, unset_fake_temporarily
+
+from .clock import METER
+from .values import VALUES
+
+_PATCHED: dict[str, Any] = {}
+
+
+def make_fake_mode() -> FakeTensorMode:
+    import torch._subclasses.fake_tensor as fake_tensor
+
+    FakeTensorMode.avoid_device_init = property(lambda self: True)   # type: ignore[assignment]
+    # FakeTensor creation would allocate one real element on a CUDA build's GPU ("init_gpu_context"): skip it.
+    fake_tensor.init_gpu_context = lambda device: None
+    return FakeTensorMode(allow_non_fake_inputs=True)
+
+
+# ---- swap_tensors --------------------------------------------------------------------------------------------------
+
+def _swap_fake(t1: torch.Tensor, t2: torch.Tensor) -> None:
+    """swap_tensors without the weak-reference check (fake tensors are weakly referenced by their fake mode)."""
+    slots1 = set(copyreg._slotnames(t1.__class__))   # type: ignore[attr-defined]
+    slots2 = set(copyreg._slotnames(t2.__class__))   # type: ignore[attr-defined]
+    if slots1 != slots2:
+        raise RuntimeError("Cannot swap t1 and t2 if they have different slots")
+    for name in ("__class__", "__dict__"):
+        a, b = getattr(t1, name), getattr(t2, name)
+        setattr(t1, name, b)
+        setattr(t2, name, a)
+    for slot in slots1:
+        h1, h2 = hasattr(t1, slot), hasattr(t2, slot)
+        a = getattr(t1, slot) if h1 else None
+        b = getattr(t2, slot) if h2 else None
+        if h2:
+            setattr(t1, slot, b)
+        elif h1:
+            delattr(t1, slot)
+        if h1:
+            setattr(t2, slot, a)
+        elif h2:
+            delattr(t2, slot)
+    torch._C._swap_tensor_impl(t1, t2)
+    VALUES.swap(t1, t2)
+
+
+def _install_swap() -> None:
+    original = torch.utils.swap_tensors
+    if getattr(original, "__phantora__", False):
+        return
+
+    @functools.wraps(original)
+    def swap_tensors(t1, t2):
+        if isinstance(t1, FakeTensor) or isinstance(t2, FakeTensor):
+            return _swap_fake(t1, t2)
+        return original(t1, t2)
+
+    swap_tensors.__phantora__ = True   # type: ignore[attr-defined]
+    torch.utils.swap_tensors = swap_tensors
+
+
+# ---- DeviceMesh ------------------------------------------------------------------------------------------------------
+
+def _real_args(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """Fake tensors with a known value (a small rank tensor built under the fake mode) as real tensors."""
+    def conv(x: Any) -> Any:
+        if isinstance(x, FakeTensor):
+            v = VALUES.get(x)
+            return v if v is not None else x
+        return x
+    return tuple(conv(a) for a in args), {k: conv(v) for k, v in kwargs.items()}
+
+
+def _unfaked(fn: Any) -> Any:
+    @functools.wraps(fn)
+    def wrapped(*args, **kwargs):
+        args, kwargs = _real_args(args, kwargs)
+        with unset_fake_temporarily():
+            return fn(*args, **kwargs)
+    wrapped.__phantora__ = True   # type: ignore[attr-defined]
+    return wrapped
+
+
+def patch_device_mesh(module: Any) -> None:
+    """Run DeviceMesh bookkeeping with the fake mode unset: its rank tensors must be real CPU tensors."""
+    cls = getattr(module, "DeviceMesh", None)
+    if cls is None or getattr(cls.__init__, "__phantora__", False):
+        return
+    for name, attr in list(vars(cls).items()):
+        if name.startswith("__") and name not in ("__init__", "__getitem__"):
+            continue
+        if isinstance(attr, property):
+            setattr(cls, name, property(_unfaked(attr.fget) if attr.fget else None,
+                                        _unfaked(attr.fset) if attr.fset else None, attr.fdel, attr.__doc__))
+        elif isinstance(attr, staticmethod):
+            setattr(cls, name, staticmethod(_unfaked(attr.__func__)))
+        elif isinstance(attr, classmethod):
+            setattr(cls, name, classmethod(_unfaked(attr.__func__)))
+        elif callable(attr) and not isinstance(attr, type):
+            setattr(cls, name, _unfaked(attr))
+    fn = getattr(module, "init_device_mesh", None)
+    if fn is not None and not getattr(fn, "__phantora__", False):
+        module.init_device_mesh = _unfaked(fn)
+
+
+# ---- record_stream ---------------------------------------------------------------------------------------------------
+
+def _install_record_stream() -> None:
+    if "record_stream" in _PATCHED:
+        return
+    lib = torch.library.Library("aten", "IMPL")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        lib.impl("record_stream", lambda self, s: None, "Meta")
+    _PATCHED["record_stream"] = lib
+
+
+# ---- torch.compile ---------------------------------------------------------------------------------------------------
+
+def compile_identity(model: Any = None, *args: Any, **kwargs: Any) -> Any:
+    """torch.compile under phantora: returns the model (or function) unchanged; usable as a decorator."""
+    if model is None:
+        return lambda m: m
+    return model
+
+
+def _module_compile(self, *args: Any, **kwargs: Any) -> None:
+    return None
+
+
+def _install_compile() -> None:
+    if "compile" in _PATCHED:
+        return
+    _PATCHED["compile"] = torch.compile
+    torch.compile = compile_identity
+    torch.nn.Module.compile = _module_compile
+
+
+# ---- flex attention, set_timeout -------------------------------------------------------------------------------------
+
+def patch_flex_attention(module: Any) -> None:
+    module._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG = True
+
+
+def patch_distributed(module: Any) -> None:
+    if not hasattr(module, "set_timeout"):
+        def set_timeout(timeout: Any, group: Any = None) -> None:
+            """No-op stand-in (this torch has no torch.distributed.set_timeout)."""
+            return None
+        module.set_timeout = set_timeout
+
+
+# ---- host reads: tolist / numpy, storage resize ----------------------------------------------------------------------
+
+def _install_tensor_readers(ctx) -> None:
+    if "tolist" in _PATCHED:
+        return
+    orig_tolist = torch.Tensor.tolist
+    orig_numpy = torch.Tensor.numpy
+    _PATCHED["tolist"] = orig_tolist
+    _PATCHED["numpy"] = orig_numpy
+
+    def _host_read(t: torch.Tensor) -> None:
+        if t.device.type == "cuda" and ctx.interceptor is not None:
+            ctx.interceptor._host_read(t, t.numel() * t.element_size())
+
+    def tolist(self):
+        if not isinstance(self, FakeTensor):
+            return orig_tolist(self)
+        METER.enter()
+        try:
+            _host_read(self)
+            real = VALUES.real_or_zeros(self)
+            with unset_fake_temporarily():
+                return orig_tolist(real)
+        finally:
+            METER.exit()
+
+    def numpy(self, *, force: bool = False):
+        if not isinstance(self, FakeTensor):
+            return orig_numpy(self, force=force)
+        METER.enter()
+        try:
+            if self.device.type == "cuda" and not force:
+                raise TypeError(f"can't convert {self.device} device type tensor to numpy. Use Tensor.cpu() to "
+                                "copy the tensor to host memory first.")
+            _host_read(self)
+            real = VALUES.real_or_zeros(self)
+            with unset_fake_temporarily():
+                return orig_numpy(real)
+        finally:
+            METER.exit()
+
+    torch.Tensor.tolist = tolist
+    torch.Tensor.numpy = numpy
+
+    orig_resize = torch.UntypedStorage.resize_
+    _PATCHED["storage_resize"] = orig_resize
+
+    def resize_(self, size):
+        out = orig_resize(self, size)
+        if self.device.type == "meta" and ctx.mem is not None:
+            METER.enter()
+            try:
+                ctx.mem.storage_resized(self, None)
+            finally:
+                METER.exit()
+        return out
+
+    torch.UntypedStorage.resize_ = resize_
+
+
+# ---- optimizers ------------------------------------------------------------------------------------------------------
+
+def _install_foreach_types() -> None:
+    """Parameters holding fake tensors are FakeTensors: let optimizers take their default foreach path as on CUDA."""
+    import torch.optim.optimizer as optimizer
+    from torch.utils import _foreach_utils
+
+    for types_list in (optimizer._foreach_supported_types, _foreach_utils._foreach_supported_types):
+        if FakeTensor not in types_list:
+            types_list.append(FakeTensor)
+
+
+# ---- iteration marks -------------------------------------------------------------------------------------------------
+
+def _install_iteration_marks(ctx) -> None:
+    """An OpKind.ITER_MARK after every optimizer step (arg: the number of steps taken so far in this process)."""
+    if "iter_marks" in _PATCHED:
+        return
+    from phantora.engine.ops import Op, OpKind
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    steps = [0]
+
+    def mark(optimizer, args, kwargs) -> None:
+        steps[0] += 1
+        METER.enter()
+        try:
+            ctx.runtime.submit(Op(OpKind.ITER_MARK, arg=steps[0], cpu_delta=METER.claim()))
+        finally:
+            METER.exit()
+
+    _PATCHED["iter_marks"] = register_optimizer_step_post_hook(mark)
+
+
+# ---- fork ------------------------------------------------------------------------------------------------------------
+
+def _leave_fake_in_child(ctx) -> None:
+    """In a forked child (a DataLoader worker): leave the modes, so the child makes real CPU tensors."""
+    try:
+        if ctx.interceptor is not None:
+            ctx.interceptor.__exit__(None, None, None)
+        if ctx.fake_mode is not None:
+            ctx.fake_mode.__exit__(None, None, None)
+    except Exception:  # noqa: BLE001 - nothing sensible to do in a child
+        pass
+    ctx.extras["forked_child"] = True
+
+
+# ---- installation ----------------------------------------------------------------------------------------------------
+
+def install(ctx) -> None:
+    """Patch torch and enter the global fake mode and the interceptor (idempotent)."""
+    from . import interceptor, triton_stub
+
+    if ctx.fake_mode is not None:
+        return
+    _install_swap()
+    _install_record_stream()
+    _install_compile()
+    triton_stub.install()
+    _install_tensor_readers(ctx)
+    _install_foreach_types()
+    _install_iteration_marks(ctx)
+    interceptor.install_sdpa_routing()
+    mode = make_fake_mode()
+    ictp = interceptor.Interceptor(ctx)
+    mode.__enter__()
+    ictp.__enter__()
+    ctx.fake_mode = mode
+    ctx.interceptor = ictp
+    if hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=lambda: _leave_fake_in_child(ctx))

@@ -1,0 +1,461 @@
+"""The op interceptor: a TorchDispatchMode, entered above the global FakeTensorMode, that sees every aten op.
+
+For each op it
+- measures the framework CPU time since the previous op (`clock.METER`, thread CPU time read on entry and exit,
+  so its own work and the fake-tensor computation it triggers are excluded) and puts it into `Op.cpu_delta`;
+- runs the op under the fake mode (shapes, dtypes, devices; no data);
+- emits nothing for views and metadata ops and for ops on host tensors only;
+- accounts the memory of new output storages (memtrack: OpKind.ALLOC / FREE, OOM as torch.OutOfMemoryError);
+- emits the kernel (`OpKind.KERNEL`) on the current stream with the cost model's signature id, duration, FLOPs and
+  bytes; copies across the host link become `OpKind.MEMCPY` (a blocking device-to-host copy waits);
+- turns functional collectives (`_c10d_functional.*`, used by DTensor / tensor parallelism) into collective ops,
+  and `wait_tensor` into the stream dependency on their completion;
+- answers `.item()` and data-dependent ops from the value side table (values.py) or with placeholders;
+- reports ops it cannot simulate with a clear message naming the op and the user's source line.
+
+SDPA: `aten::scaled_dot_product_attention` is overridden for the CUDA autograd key (and caught here under inference
+mode) to call the fused kernel CUDA's backend selection would pick: flash attention, else memory-efficient
+attention, else the math path (see `route_sdpa`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from phantora.engine.ops import CostSource, Memcpy, Op, OpKind
+from torch._subclasses.fake_tensor import (DataDependentOutputException, DynamicOutputShapeException,
+                                           UnsupportedOperatorException)
+from torch.utils import _pytree as pytree
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.weak import WeakIdKeyDictionary
+
+from . import comm
+from .clock import METER
+from .errors import UnsupportedOpError, user_location
+from .values import VALUES, placeholder_scalar
+
+# op categories (cached per op overload)
+VIEW, KERNEL, COPY, ITEM, DD_SCALAR, DD_SHAPE, FCOLL, FWAIT, PASS, SDPA, HOP, PIN = range(12)
+
+_METADATA = frozenset({"detach", "alias", "lift_fresh", "record_stream", "size", "stride", "storage_offset",
+                       "sym_size", "sym_stride", "sym_numel", "sym_storage_offset", "is_same_size", "_version",
+                       "_has_same_storage_numel", "is_pinned", "set_", "_set_grad_enabled", "device", "layout",
+                       "dtype", "_nested_tensor_size", "is_contiguous", "_assert_async", "_assert_scalar",
+                       "_functional_assert_async", "_print", "sym_constrain_range", "sym_constrain_range_for_size"})
+_COPIES = frozenset({"_to_copy", "copy_", "_copy_from", "_copy_from_and_resize"})
+_DD_SCALAR = frozenset({"equal", "is_nonzero", "allclose"})
+_DD_SHAPE = frozenset({"nonzero", "masked_select", "_unique2", "unique_consecutive", "unique_dim", "_unique"})
+_FCOLL_NS = frozenset({"_c10d_functional", "_c10d_functional_autograd", "c10d_functional"})
+_FCOLL_NAMES = {
+    "all_reduce": "all_reduce", "all_reduce_": "all_reduce", "all_reduce_coalesced": "all_reduce",
+    "all_reduce_coalesced_": "all_reduce", "all_gather_into_tensor": "all_gather",
+    "all_gather_into_tensor_out": "all_gather", "all_gather_into_tensor_coalesced": "all_gather",
+    "reduce_scatter_tensor": "reduce_scatter", "reduce_scatter_tensor_coalesced": "reduce_scatter",
+    "all_to_all_single": "all_to_all", "broadcast": "broadcast", "broadcast_": "broadcast",
+}
+
+
+def _packet_name(func: Any) -> str:
+    packet = getattr(func, "_overloadpacket", None)
+    if packet is not None:
+        return packet.__name__
+    name = getattr(func, "__name__", None) or str(func)
+    return name.split(".")[-1]
+
+
+def _classify(func: Any) -> int:
+    if not isinstance(func, torch._ops.OpOverload):
+        return HOP
+    ns = func.namespace
+    name = _packet_name(func)
+    if ns in _FCOLL_NS:
+        return FWAIT if name == "wait_tensor" else FCOLL
+    if ns == "c10d":
+        return PASS            # c10d ops reach the phantora ProcessGroup, which emits the collective
+    if ns == "prim" or name in _METADATA:
+        return VIEW
+    if ns == "aten":
+        if name == "_local_scalar_dense":
+            return ITEM
+        if name in _DD_SCALAR:
+            return DD_SCALAR
+        if name in _DD_SHAPE:
+            return DD_SHAPE
+        if name in _COPIES:
+            return COPY
+        if name == "scaled_dot_product_attention":
+            return SDPA
+        if name in ("_pin_memory", "is_pinned"):
+            return PIN
+    if func.is_view:
+        return VIEW
+    return KERNEL
+
+
+def _tensors(tree: Any) -> list[torch.Tensor]:
+    if isinstance(tree, torch.Tensor):
+        return [tree]
+    return [x for x in pytree.tree_leaves(tree) if isinstance(x, torch.Tensor)]
+
+
+def _cuda_index(tensors: list[torch.Tensor]) -> int | None:
+    for t in tensors:
+        d = t.device
+        if d.type == "cuda":
+            return d.index if d.index is not None else 0
+    return None
+
+
+class Interceptor(TorchDispatchMode):
+    supports_higher_order_operators = True
+
+    def __init__(self, ctx):
+        super().__init__()
+        self.ctx = ctx
+        self.rt = ctx.runtime
+        self.dev = ctx.dev
+        self.coster = ctx.coster
+        self.mem = ctx.mem
+        self._cats: dict[Any, int] = {}
+        self._pending: WeakIdKeyDictionary = WeakIdKeyDictionary()   # functional-collective output -> event
+        self._pinned: WeakIdKeyDictionary = WeakIdKeyDictionary()    # tensors made by pin_memory()
+
+    # -- entry ---------------------------------------------------------------------------------------------------
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        METER.enter()
+        try:
+            return self._dispatch(func, args, kwargs or {})
+        finally:
+            METER.exit()
+
+    def _dispatch(self, func, args, kwargs):
+        if _current_fake_mode(_FAKE_KEY) is None:     # unset_fake_temporarily(): real tensors, real ops
+            return func(*args, **kwargs)
+        cat = self._cats.get(func)
+        if cat is None:
+            cat = self._cats[func] = _classify(func)
+        if cat == VIEW:
+            out = self._run(func, args, kwargs)
+            if VALUES.table or func is _LIFT_FRESH:
+                VALUES.after_op(func, _packet_name(func), args, kwargs, out)
+            return out
+        if cat == KERNEL or cat == HOP:
+            return self._kernel(func, args, kwargs)
+        if cat == COPY:
+            return self._copy(func, args, kwargs)
+        if cat == ITEM:
+            return self._item(func, args, kwargs)
+        if cat == FCOLL:
+            return self._functional_collective(func, args, kwargs)
+        if cat == FWAIT:
+            return self._wait_tensor(func, args, kwargs)
+        if cat == SDPA:
+            return self._sdpa(args, kwargs)
+        if cat == DD_SCALAR:
+            return self._dd_scalar(func, args, kwargs)
+        if cat == DD_SHAPE:
+            return self._dd_shape(func, args, kwargs)
+        if cat == PIN:
+            return self._pin(func, args, kwargs)
+        return self._run(func, args, kwargs)     # PASS
+
+    # -- running under the fake mode ----------------------------------------------------------------------------
+    def _run(self, func, args, kwargs):
+        try:
+            return func(*args, **kwargs)
+        except (UnsupportedOperatorException, DynamicOutputShapeException, DataDependentOutputException,
+                NotImplementedError) as exc:
+            raise self._unsupported(func, exc) from None
+        except RuntimeError as exc:
+            text = str(exc).lower()
+            if any(marker in text for marker in _NO_FAKE_IMPL):
+                raise self._unsupported(func, UnsupportedOperatorException(str(func))) from None
+            raise
+
+    def _unsupported(self, func, exc: BaseException) -> UnsupportedOpError:
+        if isinstance(exc, DynamicOutputShapeException):
+            why = "its output shape depends on tensor values, which a simulation does not have"
+        elif isinstance(exc, DataDependentOutputException):
+            why = "its result depends on tensor values, which a simulation does not have"
+        elif isinstance(exc, UnsupportedOperatorException):
+            why = "it has no fake (meta) implementation, so its output shapes cannot be computed without data"
+        else:
+            why = f"the fake-tensor machinery cannot run it ({type(exc).__name__}: {exc})"
+        return UnsupportedOpError(f"phantora cannot simulate op {func} called at {user_location(2)}: {why}. "
+                                  "Register a fake implementation (torch.library.register_fake) for custom ops, "
+                                  "or avoid the op in the simulated code path.")
+
+    # -- kernels --------------------------------------------------------------------------------------------------
+    def _emit_kernel(self, func, args, kwargs, device: int, mem: int) -> None:
+        try:
+            c = self.coster.cost(func, args, kwargs)
+        except Exception as exc:  # noqa: BLE001 - the cost model cannot read this op: say which and where
+            raise UnsupportedOpError(f"phantora cannot cost op {func} called at {user_location(2)}: "
+                                     f"{type(exc).__name__}: {exc}") from None
+        if c.is_view or c.family in ("view", "alloc"):
+            return
+        self.rt.submit(Op(OpKind.KERNEL, stream=self.dev.stream(device), name=str(func), sig=c.sig_id,
+                          duration=c.duration, flops=c.flops, nbytes=int(c.nbytes), cpu_delta=METER.claim(),
+                          source=c.source, mem=mem))
+
+    def _kernel(self, func, args, kwargs):
+        out = self._run(func, args, kwargs)
+        outs = _tensors(out)
+        device = _cuda_index(outs)
+        if device is None:
+            device = _cuda_index(_tensors((args, kwargs)))
+        if device is not None:
+            mem = self.mem.track(outs)
+            self._emit_kernel(func, args, kwargs, device, mem)
+        VALUES.after_op(func, _packet_name(func), args, kwargs, out)
+        return out
+
+    # -- copies -----------------------------------------------------------------------------------------------------
+    def _copy(self, func, args, kwargs):
+        out = self._run(func, args, kwargs)
+        name = _packet_name(func)
+        if name == "_to_copy":
+            src, dst = args[0], out
+        else:
+            dst, src = args[0], args[1]
+        sdev, ddev = src.device, dst.device
+        if sdev.type != "cuda" and ddev.type != "cuda":
+            VALUES.after_op(func, name, args, kwargs, out)
+            return out
+        mem = self.mem.track(_tensors(out))
+        if sdev.type == "cuda" and ddev.type == "cuda" and sdev == ddev:
+            self._emit_kernel(func, args, kwargs, ddev.index or 0, mem)
+        else:
+            if sdev.type != "cuda":
+                direction, device = Memcpy.H2D, ddev.index or 0
+            elif ddev.type != "cuda":
+                direction, device = Memcpy.D2H, sdev.index or 0
+            else:
+                direction, device = Memcpy.D2D, sdev.index or 0
+            nbytes = dst.numel() * dst.element_size()
+            duration, sig, source = self._copy_cost(func, args, kwargs)
+            op = Op(OpKind.MEMCPY, stream=self.dev.stream(device), name=str(func), sig=sig, duration=duration,
+                    nbytes=nbytes, arg=int(direction), cpu_delta=METER.claim(), source=source, mem=mem)
+            non_blocking = bool(kwargs.get("non_blocking", False) or (len(args) > 2 and args[2] is True))
+            if direction == Memcpy.D2H and not non_blocking:
+                self.rt.wait(op)
+            else:
+                self.rt.submit(op)
+        VALUES.after_op(func, name, args, kwargs, out)
+        return out
+
+    def _copy_cost(self, func, args, kwargs) -> tuple[float, int, int]:
+        try:
+            c = self.coster.cost(func, args, kwargs)
+            return c.duration, c.sig_id, c.source
+        except Exception:  # noqa: BLE001 - fall back to the host link's nominal bandwidth
+            return 0.0, -1, int(CostSource.NONE)
+
+    # -- values the host reads ----------------------------------------------------------------------------------
+    def _host_read(self, t: torch.Tensor, nbytes: int) -> None:
+        """A small blocking device-to-host read (what .item() and friends do on a CUDA tensor)."""
+        if t.device.type != "cuda":
+            return
+        self.rt.wait(Op(OpKind.MEMCPY, stream=self.dev.stream(t.device.index or 0), name="_local_scalar_dense",
+                        nbytes=nbytes, arg=int(Memcpy.D2H), cpu_delta=METER.claim()))
+
+    def _item(self, func, args, kwargs):
+        t = args[0]
+        self._host_read(t, t.element_size())
+        return VALUES.item(t)
+
+    def _dd_scalar(self, func, args, kwargs):
+        name = _packet_name(func)
+        tensors = _tensors((args, kwargs))
+        device = _cuda_index(tensors)
+        if device is not None:
+            self._emit_kernel(func, args, kwargs, device, 0)
+            self._host_read(tensors[0], 1)
+        ra = VALUES.real_args(args, kwargs)
+        if ra is not None:
+            from torch._subclasses.fake_tensor import unset_fake_temporarily
+            try:
+                with unset_fake_temporarily():
+                    return func(*ra[0], **ra[1])
+            except Exception:  # noqa: BLE001 - fall through to the placeholder
+                pass
+        if name in ("equal", "allclose"):
+            return True
+        return bool(placeholder_scalar(tensors[0].dtype))
+
+    def _dd_shape(self, func, args, kwargs):
+        """Ops whose output shape depends on values: real shapes when the inputs are known, else an upper bound."""
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+        tensors = _tensors((args, kwargs))
+        x = tensors[0]
+        ra = VALUES.real_args(args, kwargs)
+        real = None
+        if ra is not None:
+            try:
+                with unset_fake_temporarily():
+                    real = func(*ra[0], **ra[1])
+            except Exception:  # noqa: BLE001
+                real = None
+        if real is not None:
+            shapes = [(tuple(r.shape), r.dtype) for r in pytree.tree_leaves(real)]
+        else:
+            shapes = self._upper_bound_shapes(func, args, kwargs, x)
+        outs = [torch.empty(s, dtype=d, device=x.device) for s, d in shapes]
+        if real is not None:
+            for f, r in zip(outs, pytree.tree_leaves(real)):
+                VALUES.set(f, r)
+        device = _cuda_index(tensors)
+        if device is not None:
+            mem = self.mem.track(outs)
+            self._emit_kernel(func, args, kwargs, device, mem)
+            self._host_read(x, 8)         # the kernel's output size is read back by the host
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def _upper_bound_shapes(self, func, args, kwargs, x) -> list[tuple[tuple[int, ...], torch.dtype]]:
+        name = _packet_name(func)
+        n = x.numel()
+        if name == "nonzero":
+            return [((n, x.dim()), torch.int64)]
+        if name == "masked_select":
+            mask = args[1]
+            shape = torch.broadcast_shapes(x.shape, mask.shape)
+            return [((math.prod(shape),), x.dtype)]
+        if name in ("_unique2", "_unique", "unique_consecutive"):
+            return_inverse = bool(kwargs.get("return_inverse", args[2] if len(args) > 2 else False))
+            return_counts = bool(kwargs.get("return_counts", args[3] if len(args) > 3 else False))
+            if name == "_unique":
+                return [((n,), x.dtype), ((tuple(x.shape) if return_inverse else (0,)), torch.int64)]
+            if name == "unique_consecutive":
+                return_inverse = bool(kwargs.get("return_inverse", args[1] if len(args) > 1 else False))
+                return_counts = bool(kwargs.get("return_counts", args[2] if len(args) > 2 else False))
+            return [((n,), x.dtype), ((tuple(x.shape) if return_inverse else (0,)), torch.int64),
+                    (((n,) if return_counts else (0,)), torch.int64)]
+        if name == "unique_dim":
+            dim = args[1] if len(args) > 1 else kwargs.get("dim", 0)
+            return [(tuple(x.shape), x.dtype), ((x.shape[dim],), torch.int64), ((x.shape[dim],), torch.int64)]
+        raise self._unsupported(func, DynamicOutputShapeException(func))
+
+    # -- pinned host memory ------------------------------------------------------------------------------------------
+    def _pin(self, func, args, kwargs):
+        """Pinned host memory is plain host memory here (page-locking costs are not modelled)."""
+        x = args[0]
+        if _packet_name(func) == "is_pinned":
+            return x in self._pinned
+        out = torch.empty_strided(tuple(x.shape), tuple(x.stride()), dtype=x.dtype, device=x.device)
+        value = VALUES.get(x)
+        if value is not None:
+            VALUES.set(out, value.clone())
+        self._pinned[out] = True
+        return out
+
+    # -- functional collectives ---------------------------------------------------------------------------------
+    def _functional_collective(self, func, args, kwargs):
+        out = self._run(func, args, kwargs)
+        name = _packet_name(func)
+        coll = _FCOLL_NAMES.get(name)
+        if coll is None:
+            raise self._unsupported(func, NotImplementedError("unknown functional collective"))
+        group_name = kwargs.get("group_name")
+        if group_name is None:
+            pos = next((i for i, a in enumerate(func._schema.arguments) if a.name == "group_name"), None)
+            if pos is not None and pos < len(args):
+                group_name = args[pos]
+        groups = self.ctx.groups
+        info = groups.by_name(group_name) if groups is not None and group_name is not None else None
+        if info is None:
+            raise UnsupportedOpError(f"phantora: functional collective {func} at {user_location(2)} names process "
+                                     f"group {group_name!r}, which was not created through the phantora backend")
+        inputs = _tensors(args[0]) if args else []
+        nbytes = sum(t.numel() * t.element_size() for t in inputs)
+        root = -1
+        if coll == "broadcast":
+            root = int(args[1]) if len(args) > 1 and isinstance(args[1], int) else int(kwargs.get("src", 0))
+        outs = _tensors(out)
+        device = _cuda_index(outs) if outs else None
+        if outs and device is None:     # collectives on host tensors still travel over the network
+            device = self.dev.device()
+        self.mem.track(outs)
+        event = comm.launch(self.ctx, OpKind.COLLECTIVE, coll, info, nbytes, root)
+        for t in outs:
+            self._pending[t] = event
+        return out
+
+    def _wait_tensor(self, func, args, kwargs):
+        t = args[0]
+        event = self._pending.pop(t, None)
+        if event is not None:
+            comm.join(self.ctx, event)
+        return self._run(func, args, kwargs)
+
+    # -- attention --------------------------------------------------------------------------------------------------
+    def _sdpa(self, args, kwargs):
+        """aten.scaled_dot_product_attention reached the mode directly (inference mode): route it here."""
+        func, fargs, fkwargs, pick = plan_sdpa(*args, **kwargs)
+        out = self._dispatch(func, fargs, fkwargs)
+        return pick(out)
+
+
+_NO_FAKE_IMPL = ("no fake impl", "no fake kernel", "no meta kernel", "no meta impl", "not implemented for 'meta'",
+                 "could not run", "does not have a meta")
+_LIFT_FRESH = torch.ops.aten.lift_fresh.default
+_current_fake_mode = torch._C._get_dispatch_mode
+_FAKE_KEY = torch._C._TorchDispatchModeKey.FAKE
+# -- SDPA backend selection ----------------------------------------------------------------------------------------
+
+def _sm_version() -> int:
+    from .context import CTX
+    if CTX is None:
+        return 90
+    return CTX.gpu.sm_version
+
+
+def plan_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    """The op CUDA's SDPA backend selection would run: (op, args, kwargs, picks the attention output)."""
+    q, k, v = query, key, value
+    four_d = q.dim() == 4 and k.dim() == 4 and v.dim() == 4
+    head = q.size(-1)
+    sm = _sm_version()
+    backends = torch.backends.cuda
+    if (backends.flash_sdp_enabled() and four_d and sm >= 80 and attn_mask is None
+            and q.dtype in (torch.float16, torch.bfloat16) and k.dtype == q.dtype and v.dtype == q.dtype
+            and head <= 256 and k.size(-1) == head and v.size(-1) == head and head % 8 == 0
+            and (enable_gqa or q.size(1) == k.size(1) == v.size(1))):
+        return (torch.ops.aten._scaled_dot_product_flash_attention.default,
+                (q, k, v, float(dropout_p), bool(is_causal), False), {"scale": scale}, lambda o: o[0])
+    if (backends.mem_efficient_sdp_enabled() and four_d and not enable_gqa
+            and q.dtype in (torch.float32, torch.float16, torch.bfloat16) and k.dtype == q.dtype
+            and v.dtype == q.dtype and k.size(-1) == head and q.size(1) == k.size(1) == v.size(1)):
+        bias = attn_mask
+        if bias is not None:
+            if bias.dtype == torch.bool:
+                bias = torch.zeros(bias.shape, dtype=q.dtype, device=q.device).masked_fill(~bias, float("-inf"))
+            bias = bias.expand(q.size(0), q.size(1), q.size(2), k.size(2))
+        need_lse = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+        return (torch.ops.aten._scaled_dot_product_efficient_attention.default,
+                (q, k, v, bias, need_lse, float(dropout_p), bool(is_causal)), {"scale": scale}, lambda o: o[0])
+    return (torch.ops.aten._scaled_dot_product_attention_math.default,
+            (q, k, v, attn_mask, float(dropout_p), bool(is_causal)), {"scale": scale, "enable_gqa": enable_gqa},
+            lambda o: o[0])
+
+
+def sdpa_cuda_kernel(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+                     enable_gqa=False):
+    """Kernel registered for aten::scaled_dot_product_attention on the CUDA (autograd) keys."""
+    func, args, kwargs, pick = plan_sdpa(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+    return pick(func(*args, **kwargs))
+
+
+_SDPA_LIB = None
+
+
+def install_sdpa_routing() -> None:
+    """Override aten::scaled_dot_product_attention for CUDA tensors (idempotent)."""
+    global _SDPA_LIB
+    if _SDPA_LIB is not None:
+        return
+    lib = torch.library.Library("aten", "IMPL")
+    lib.impl("scaled_dot_product_attention", sdpa_cuda_kernel, "AutogradCUDA")
+    lib.impl("scaled_dot_product_attention", sdpa_cuda_kernel, "CUDA")
+    _SDPA_LIB = lib

@@ -1,0 +1,185 @@
+"""Real values of small tensors that came from host data, and placeholders for everything else.
+
+Fake tensors have no data. A side table (weak-keyed by the fake tensor) keeps a real CPU copy of the value of small
+tensors (at most `SMALL_NUMEL` elements) whose value is known on the host:
+- tensors made from host data (`torch.tensor([3.5])`, `torch.full((1,), 2.0)`, `torch.arange(4)`...), including
+  small random tensors (`torch.randint(0, 10, (1,))`: drawn from the CPU generator);
+- results of any op all of whose tensor inputs have a known value (elementwise ops, reductions, copies between
+  devices, views, in-place updates), computed on the CPU copies.
+An op that writes into a tensor with a known value from inputs without one forgets that value.
+
+`.item()`, `.tolist()`, `.numpy()`, `bool(t)`, `torch.equal` answer from the table; without a known value they answer
+placeholders: 0 for integer dtypes, 0.0 for floating point, False for bool, 0j for complex (so NaN/inf checks pass
+and GradScaler never skips a step); `torch.equal` answers True. docs/stubs.md lists the rules.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
+from torch.utils import _pytree as pytree
+from torch.utils.weak import WeakIdKeyDictionary
+
+SMALL_NUMEL = 64
+
+# Ops never recomputed on the CPU copies (no meaningful value, or handled elsewhere).
+_NEVER = {"_local_scalar_dense", "record_stream", "set_", "resize_", "_resize_output_", "empty", "empty_like",
+          "empty_strided", "new_empty", "new_empty_strided", "_pin_memory", "is_pinned"}
+
+
+# Ops that write a "found inf/NaN" flag: under the no-inf assumption the flag keeps its (known) value.
+# packet name -> schema position of the flag argument
+_ASSUME_FINITE = {"_amp_foreach_non_finite_check_and_unscale_": 1, "_amp_foreach_non_finite_check_and_unscale": 1}
+
+
+def placeholder_scalar(dtype: torch.dtype) -> Any:
+    """What `.item()` answers for a tensor whose value is unknown."""
+    if dtype == torch.bool:
+        return False
+    if dtype.is_complex:
+        return 0j
+    if dtype.is_floating_point:
+        return 0.0
+    return 0
+
+
+def _mutated_positions(func: Any) -> tuple[tuple[int, str], ...]:
+    out = []
+    schema = getattr(func, "_schema", None)
+    if schema is None:
+        return ()
+    for i, a in enumerate(schema.arguments):
+        if a.alias_info is not None and a.alias_info.is_write:
+            out.append((i, a.name))
+    return tuple(out)
+
+
+class ValueTable:
+    """The side table and the propagation rule."""
+
+    def __init__(self) -> None:
+        self.table: WeakIdKeyDictionary = WeakIdKeyDictionary()
+        self._mutates: dict[Any, tuple[tuple[int, str], ...]] = {}
+        self.computed = 0
+
+    def get(self, t: torch.Tensor) -> torch.Tensor | None:
+        if not isinstance(t, FakeTensor):
+            return t
+        return self.table.get(t)
+
+    def set(self, fake: torch.Tensor, real: torch.Tensor) -> None:
+        self.table[fake] = real
+
+    def drop(self, fake: Any) -> None:
+        if isinstance(fake, FakeTensor):
+            self.table.pop(fake, None)
+
+    def swap(self, a: torch.Tensor, b: torch.Tensor) -> None:
+        va, vb = self.table.pop(a, None), self.table.pop(b, None)
+        if vb is not None:
+            self.table[a] = vb
+        if va is not None:
+            self.table[b] = va
+
+    # -- propagation ------------------------------------------------------------------------------------------------
+    def _mutated_args(self, func: Any, args: tuple, kwargs: dict) -> list[Any]:
+        pos = self._mutates.get(func)
+        if pos is None:
+            pos = self._mutates[func] = _mutated_positions(func)
+        out = []
+        for i, name in pos:
+            if i < len(args):
+                out.append(args[i])
+            elif name in kwargs:
+                out.append(kwargs[name])
+        return out
+
+    def forget_mutated(self, func: Any, args: tuple, kwargs: dict) -> None:
+        keep = _ASSUME_FINITE.get(getattr(getattr(func, "_overloadpacket", None), "__name__", ""))
+        flag = args[keep] if keep is not None and keep < len(args) else None
+        for m in self._mutated_args(func, args, kwargs):
+            if m is flag:
+                continue
+            for t in pytree.tree_leaves(m):
+                self.drop(t)
+
+    def real_args(self, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
+        """The op's arguments with fake tensors replaced by their known values; None if one is unknown or big."""
+        leaves, spec = pytree.tree_flatten((args, kwargs))
+        table = self.table
+        out = []
+        for x in leaves:
+            if isinstance(x, torch.Tensor):
+                if isinstance(x, FakeTensor):
+                    v = table.get(x)
+                    if v is None:
+                        return None
+                    x = v
+                elif x.numel() > SMALL_NUMEL or x.device.type == "meta":
+                    return None
+            elif isinstance(x, torch.device) and x.type != "cpu":
+                x = torch.device("cpu")
+            out.append(x)
+        a, k = pytree.tree_unflatten(out, spec)
+        if "device" in k and k["device"] is not None:
+            k["device"] = torch.device("cpu")
+        if k.get("pin_memory"):
+            k["pin_memory"] = False
+        return a, k
+
+    def after_op(self, func: Any, packet: str, args: tuple, kwargs: dict, out: Any) -> None:
+        """Propagate known values through an op the fake mode just ran."""
+        if packet in _NEVER:
+            return
+        outs = [o for o in pytree.tree_leaves(out) if isinstance(o, torch.Tensor)]
+        if any(o.numel() > SMALL_NUMEL for o in outs):
+            self.forget_mutated(func, args, kwargs)
+            return
+        ra = self.real_args(args, kwargs)
+        if ra is None:
+            self.forget_mutated(func, args, kwargs)
+            return
+        try:
+            with unset_fake_temporarily():
+                real_out = func(*ra[0], **ra[1])
+        except Exception:  # noqa: BLE001 - any failure just means "value unknown"
+            self.forget_mutated(func, args, kwargs)
+            return
+        real_leaves = pytree.tree_leaves(real_out)
+        fake_leaves = pytree.tree_leaves(out)
+        if len(real_leaves) != len(fake_leaves):
+            self.forget_mutated(func, args, kwargs)
+            return
+        self.computed += 1
+        for f, r in zip(fake_leaves, real_leaves):
+            if isinstance(f, FakeTensor) and isinstance(r, torch.Tensor) and tuple(f.shape) == tuple(r.shape):
+                self.table[f] = r
+        # in-place ops whose output is not returned as the mutated tensor (out= variants) keep their values too
+        for m, rm in zip(self._mutated_args(func, args, kwargs), self._mutated_args(func, *ra)):
+            for f, r in zip(pytree.tree_leaves(m), pytree.tree_leaves(rm)):
+                if isinstance(f, FakeTensor) and isinstance(r, torch.Tensor) and tuple(f.shape) == tuple(r.shape):
+                    self.table[f] = r
+
+    # -- readers ------------------------------------------------------------------------------------------------------
+    def item(self, t: torch.Tensor) -> Any:
+        v = self.get(t)
+        if v is None:
+            return placeholder_scalar(t.dtype)
+        with unset_fake_temporarily():
+            return v.reshape(-1)[0].item() if v.numel() else placeholder_scalar(t.dtype)
+
+    def real_or_zeros(self, t: torch.Tensor) -> torch.Tensor:
+        """A real CPU tensor for `t`: its known value, or zeros of its shape and dtype."""
+        v = self.get(t)
+        with unset_fake_temporarily():
+            if v is not None:
+                return v.detach().clone()
+            return torch.zeros(tuple(t.shape), dtype=t.dtype)
+
+    def has_value(self, t: torch.Tensor) -> bool:
+        return self.get(t) is not None
+
+
+VALUES = ValueTable()
