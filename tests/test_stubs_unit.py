@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "stubs"))
 
 from phantora_stubs import build  # noqa: E402
-from phantora_stubs.allocator import CachingAllocatorModel, DeviceOutOfMemory, round_block  # noqa: E402
+from phantora.engine.allocator import CachingAllocatorModel, DeviceOutOfMemory, round_block  # noqa: E402
 from phantora_stubs.clock import CpuMeter, VirtualClock  # noqa: E402
 from phantora_stubs.config import StubConfig  # noqa: E402
 from phantora_stubs.errors import StubBuildError, StubConfigError  # noqa: E402

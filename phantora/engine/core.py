@@ -28,7 +28,7 @@ from typing import Callable, Iterable
 from ..cluster import ClusterSpec
 from ..errors import SimulationError
 from ..net.network import Network
-from .allocator import CachingAllocator, OutOfMemory
+from .allocator import CachingAllocatorModel, DeviceOutOfMemory
 from .ops import Memcpy, Op, OpKind
 
 INF = math.inf
@@ -79,7 +79,7 @@ class _Rank:
         self.group_seq: dict[int, int] = {}
         self.p2p_seq: dict[tuple[int, int, int], int] = {}
         self.batch: list | None = None
-        self.allocator = CachingAllocator(capacity)
+        self.allocator = CachingAllocatorModel(capacity)
         self.iterations: list[float] = []
         self.last_op: tuple[int, Op] | None = None
 
@@ -145,7 +145,7 @@ class Engine:
         self._p2p: dict[tuple, dict] = {}          # (gid, src, dst, seq) -> {"send": ..., "recv": ...}
         self._runnable: set[int] = set(sim)
         self.collectives: list[dict] = []          # finished collectives (for traces and reports)
-        self.ooms: list[tuple[int, int, OutOfMemory]] = []
+        self.ooms: list[tuple[int, int, DeviceOutOfMemory]] = []
         self.add_group(0, tuple(range(self.world_size)), "world")
 
     # ------------------------------------------------------------------------------------------------ setup
@@ -274,8 +274,8 @@ class Engine:
                 self._block(rs, ("event", rs.events.get(op.arg)), idx, op)
             elif k == K.ALLOC:
                 try:
-                    rs.allocator.alloc(op.arg, op.nbytes)
-                except OutOfMemory as exc:
+                    rs.allocator.alloc(op.nbytes, op.arg)
+                except DeviceOutOfMemory as exc:
                     self.ooms.append((rs.rank, idx, exc))
                 self.sink(rs.rank, idx, op, rs.cpu, rs.cpu, rs.cpu, -1)
             elif k == K.FREE:

@@ -17,7 +17,7 @@ from typing import Iterable
 import torch
 from phantora.engine.ops import Op, OpKind
 
-from .allocator import DeviceOutOfMemory
+from phantora.engine.allocator import DeviceOutOfMemory
 from .clock import METER
 from .errors import user_location
 

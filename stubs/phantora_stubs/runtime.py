@@ -26,7 +26,7 @@ from typing import Any
 
 from phantora.engine.ops import Memcpy, Op, OpKind
 
-from .allocator import CachingAllocatorModel
+from phantora.engine.allocator import CachingAllocatorModel
 
 LAUNCH_KINDS = frozenset({OpKind.KERNEL, OpKind.MEMCPY, OpKind.COLLECTIVE, OpKind.SEND, OpKind.RECV})
 SYNC_KINDS = frozenset({OpKind.SYNC_DEVICE, OpKind.SYNC_STREAM, OpKind.SYNC_EVENT})
