@@ -309,6 +309,17 @@ def export_cmd(trace, out):
     click.echo(f"wrote {out}")
 
 
+# ------------------------------------------------------------------------------------------------------- run, groundtruth
+def _register() -> None:
+    from .groundtruth.commands import groundtruth as groundtruth_group
+    from .live.command import run_cmd
+    main.add_command(run_cmd)
+    main.add_command(groundtruth_group)
+
+
+_register()
+
+
 def run_main() -> None:  # pragma: no cover
     main(prog_name="phantora")
 

@@ -176,6 +176,10 @@ def load_cluster(name_or_path: str, *, nodes: int | None = None, gpus_per_node: 
         changes.append(f"nodes={nodes}")
     if gpus_per_node is not None:
         changes.append(f"gpus_per_node={gpus_per_node}")
+        # fewer GPUs than the preset's NICs per node: keep one NIC per GPU (rails) unless told otherwise
+        if 0 < gpus_per_node < spec.net.nics_per_node and not any(c.startswith("net.nics_per_node")
+                                                                   for c in overrides):
+            changes.append(f"net.nics_per_node={gpus_per_node}")
     if gpu is not None:
         changes.append(f"gpu={gpu!r}" if not gpu.startswith(("'", '"')) else f"gpu={gpu}")
     if changes:

@@ -40,8 +40,14 @@ def _local_factory(config: StubConfig, gpu: Any, capacity: int) -> Runtime:
                         record=False)
 
 
-RUNTIME_FACTORIES: dict[str, Callable[[StubConfig, Any, int], Runtime]] = {"local": _local_factory}
-"""Runtime constructors by key; the lead's engine adds "remote" (and any address scheme it serves)."""
+def _remote_factory(config: StubConfig, gpu: Any, capacity: int) -> Runtime:
+    from .remote import remote_factory
+    return remote_factory(config, gpu, capacity)
+
+
+RUNTIME_FACTORIES: dict[str, Callable[[StubConfig, Any, int], Runtime]] = {
+    "local": _local_factory, "unix": _remote_factory, "remote": _remote_factory}
+"""Runtime constructors by key: "local" (one rank in process) and "unix" (an engine server address, unix://PATH)."""
 
 
 def _runtime_key(value: str) -> str:

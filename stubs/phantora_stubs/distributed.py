@@ -18,8 +18,8 @@ Every collective (all_reduce, all_gather incl. the single-tensor and coalesced f
 broadcast, reduce, all_to_all, barrier) becomes `OpKind.COLLECTIVE` on the group's communication stream; send/recv
 become `OpKind.SEND` / `OpKind.RECV` (peer = group rank), and `batch_isend_irecv` is bracketed by GROUP_START /
 GROUP_END; gather / scatter are point-to-point batches as NCCL does them. `Work.wait()` makes the current stream wait
-for the collective; barrier's wait also blocks the host. Values are not exchanged: every tensor keeps its local
-value (see docs/stubs.md), and object collectives leave the local objects in place.
+for the collective; barrier's wait also blocks the host. Real values travel where they exist (exchange.py): small
+tensors with known values through all_reduce, broadcast and all_gather, and the objects of the object collectives.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ import torch
 import torch.distributed as dist
 from phantora.engine.ops import Op, OpKind
 
-from . import comm, context
+from . import comm, context, exchange
 from .clock import METER
 from .errors import UnsupportedOpError, user_location
 from .values import VALUES
@@ -213,21 +213,28 @@ class PhantoraProcessGroup(dist.ProcessGroup):
 
     # -- collectives ---------------------------------------------------------------------------------------------------
     def allreduce(self, tensors, opts=None):
-        return self._collective("all_reduce", _nbytes(tensors), result=list(_flat(tensors)))
+        work = self._collective("all_reduce", _nbytes(tensors), result=list(_flat(tensors)))
+        exchange.all_reduce(self._info.gid, list(_flat(tensors)), opts)
+        return work
 
     def allreduce_coalesced(self, tensors, opts=None):
-        return self._collective("all_reduce", _nbytes(tensors), result=list(_flat(tensors)))
+        return self.allreduce(tensors, opts)
 
     def allgather(self, output_tensors, input_tensors, opts=None):
         _forget(output_tensors)
-        return self._collective("all_gather", _nbytes(input_tensors), result=output_tensors)
+        work = self._collective("all_gather", _nbytes(input_tensors), result=output_tensors)
+        if len(input_tensors) == 1 and len(output_tensors) == 1:
+            exchange.all_gather(self._info.gid, list(output_tensors[0]), list(input_tensors))
+        return work
 
     def allgather_coalesced(self, output_lists, input_list, opts=None):
         return self.allgather(output_lists, input_list, opts)
 
     def all_gather_single(self, output, input, opts=None):
         _forget(output)
-        return self._collective("all_gather", _nbytes(input), result=[output])
+        work = self._collective("all_gather", _nbytes(input), result=[output])
+        exchange.all_gather_into(self._info.gid, output, input)
+        return work
 
     _allgather_base = all_gather_single
 
@@ -259,7 +266,9 @@ class PhantoraProcessGroup(dist.ProcessGroup):
 
     def broadcast(self, tensors, opts=None):
         root = int(getattr(opts, "rootRank", 0)) if opts is not None else 0
-        return self._collective("broadcast", _nbytes(tensors), root=root, result=list(_flat(tensors)))
+        work = self._collective("broadcast", _nbytes(tensors), root=root, result=list(_flat(tensors)))
+        exchange.broadcast(self._info.gid, list(_flat(tensors)), root)
+        return work
 
     def reduce(self, tensors, opts=None):
         root = int(getattr(opts, "rootRank", 0)) if opts is not None else 0
@@ -552,22 +561,31 @@ def _pickled_size(obj: Any) -> int:
         return 64
 
 
-def _object_collective(group: Any, name: str, sizes_bytes: int, data_bytes: int, root: int = -1) -> None:
-    """Sizes then payload, blocking the host as torch's object collectives do (they read sizes back)."""
+def _object_collective(group: Any, name: str, sizes_bytes: int, root: int, swap: Any) -> Any:
+    """Sizes, then the objects' values (exchanged through the runtime), then the payload, blocking the host as
+    torch's object collectives do. `swap(gid)` exchanges the values and returns (result, payload bytes)."""
     c10d = dist.distributed_c10d
     pg = group if group is not None else c10d._get_default_group()
     if not isinstance(pg, PhantoraProcessGroup):
-        return
+        return None
     ctx = context.get()
     METER.enter()
     try:
         e = comm.launch(ctx, OpKind.COLLECTIVE, name, pg.info, sizes_bytes, root)
         comm.join(ctx, e)
+        result, data_bytes = swap(pg.info.gid)
         e = comm.launch(ctx, OpKind.COLLECTIVE, name, pg.info, data_bytes, root)
         comm.join(ctx, e)
         ctx.runtime.wait(Op(OpKind.SYNC_STREAM, stream=ctx.dev.stream(), cpu_delta=METER.claim()))
     finally:
         METER.exit()
+    return result
+
+
+def _group_rank(group: Any) -> int:
+    c10d = dist.distributed_c10d
+    pg = group if group is not None else c10d._get_default_group()
+    return pg.rank()
 
 
 def _group_root(group: Any, src: Any, group_src: Any) -> int:
@@ -584,46 +602,80 @@ def _group_root(group: Any, src: Any, group_src: Any) -> int:
 
 
 def broadcast_object_list(object_list, src=None, group=None, device=None, group_src=None):
-    """Leaves every rank's list as it is (no payload exchange yet); costs the two broadcasts."""
+    """Every rank's list receives the root's objects."""
     root = _group_root(group, src, group_src)
-    size = sum(_pickled_size(o) for o in object_list)
-    _object_collective(group, "broadcast", 8 * len(object_list), size, root)
+
+    def swap(gid):
+        objs = exchange.objects_broadcast(gid, list(object_list), root)
+        return objs, sum(_pickled_size(o) for o in objs)
+
+    objs = _object_collective(group, "broadcast", 8 * len(object_list), root, swap)
+    if objs is not None and _group_rank(group) != root:
+        object_list[:] = objs
 
 
 def all_gather_object(object_list, obj, group=None):
-    """Every slot receives this rank's own object (no payload exchange yet)."""
-    _object_collective(group, "all_gather", 8, _pickled_size(obj))
-    for i in range(len(object_list)):
-        object_list[i] = obj
+    """object_list[i] receives group rank i's object (padded to the largest, as torch sends it)."""
+    def swap(gid):
+        objs = exchange.objects_gather(gid, obj)
+        return objs, max(_pickled_size(o) for o in objs)
+
+    objs = _object_collective(group, "all_gather", 8, -1, swap)
+    if objs is not None:
+        for i in range(min(len(object_list), len(objs))):
+            object_list[i] = objs[i]
 
 
 def gather_object(obj, object_gather_list=None, dst=None, group=None, group_dst=None):
-    c10d = dist.distributed_c10d
     root = _group_root(group, dst, group_dst)
-    _object_collective(group, "all_gather", 8, _pickled_size(obj))
-    pg = group if group is not None else c10d._get_default_group()
-    if pg.rank() == root and object_gather_list is not None:
-        for i in range(len(object_gather_list)):
-            object_gather_list[i] = obj
+
+    def swap(gid):
+        objs = exchange.objects_gather(gid, obj)
+        return objs, max(_pickled_size(o) for o in objs)
+
+    objs = _object_collective(group, "all_gather", 8, root, swap)
+    if objs is not None and _group_rank(group) == root and object_gather_list is not None:
+        for i in range(min(len(object_gather_list), len(objs))):
+            object_gather_list[i] = objs[i]
 
 
 def scatter_object_list(scatter_object_output_list, scatter_object_input_list=None, src=None, group=None,
                         group_src=None):
-    c10d = dist.distributed_c10d
     root = _group_root(group, src, group_src)
+
+    def swap(gid):
+        objs = exchange.objects_broadcast(gid, list(scatter_object_input_list or []), root)
+        return objs, max([_pickled_size(o) for o in objs] or [8])
+
+    objs = _object_collective(group, "broadcast", 8, root, swap)
+    me = _group_rank(group)
+    if objs is not None and me < len(objs):
+        scatter_object_output_list[0] = objs[me]
+
+
+def _object_p2p(kind: OpKind, object_list: list, peer: int, group: Any) -> None:
+    """A size message to or from `peer` (group rank); the objects themselves are not carried (the receiver keeps
+    its list), and their transfer is not costed, since the receiver cannot know its size."""
+    c10d = dist.distributed_c10d
     pg = group if group is not None else c10d._get_default_group()
-    size = sum(_pickled_size(o) for o in (scatter_object_input_list or []))
-    _object_collective(group, "broadcast", 8, size, root)
-    if pg.rank() == root and scatter_object_input_list:
-        scatter_object_output_list[0] = scatter_object_input_list[pg.rank()]
+    if not isinstance(pg, PhantoraProcessGroup):
+        return
+    ctx = context.get()
+    METER.enter()
+    try:
+        e = comm.launch(ctx, kind, "send" if kind == OpKind.SEND else "recv", pg.info, 8 * len(object_list), peer)
+        comm.join(ctx, e)
+        ctx.runtime.wait(Op(OpKind.SYNC_STREAM, stream=ctx.dev.stream(), cpu_delta=METER.claim()))
+    finally:
+        METER.exit()
 
 
 def send_object_list(object_list, dst=None, group=None, device=None, group_dst=None):
-    _object_collective(group, "broadcast", 8 * len(object_list), sum(_pickled_size(o) for o in object_list))
+    _object_p2p(OpKind.SEND, object_list, _group_root(group, dst, group_dst), group)
 
 
 def recv_object_list(object_list, src=None, group=None, device=None, group_src=None):
-    _object_collective(group, "broadcast", 8 * len(object_list), sum(_pickled_size(o) for o in object_list))
+    _object_p2p(OpKind.RECV, object_list, _group_root(group, src, group_src), group)
     return -1 if src is None else src
 
 

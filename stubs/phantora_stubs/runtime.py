@@ -27,6 +27,7 @@ from typing import Any
 from phantora.engine.ops import Memcpy, Op, OpKind
 
 from phantora.engine.allocator import CachingAllocatorModel
+from phantora.live.combine import combine_mirrored
 
 LAUNCH_KINDS = frozenset({OpKind.KERNEL, OpKind.MEMCPY, OpKind.COLLECTIVE, OpKind.SEND, OpKind.RECV})
 SYNC_KINDS = frozenset({OpKind.SYNC_DEVICE, OpKind.SYNC_STREAM, OpKind.SYNC_EVENT})
@@ -74,6 +75,19 @@ class Runtime(abc.ABC):
 
         Only meaningful once the host has synchronised past the event, as with cudaEventElapsedTime.
         """
+
+    def exchange(self, gid: int, kind: str, payload: Any) -> Any:
+        """Combine the real values of the latest collective issued on group `gid` across its ranks.
+
+        `kind` is "sum", "avg", "max", "min", "product" (payload: a numpy array), "gather" (any object; the result is
+        the list of every group member's payload in group-rank order) or "broadcast:R" (the payload of group rank R).
+        This base version serves a single process standing for every rank of the group (each rank mirrors it).
+        """
+        size = self.group_size(gid)
+        return combine_mirrored(kind, payload, size)
+
+    def group_size(self, gid: int) -> int:
+        return self.world_size
 
     def close(self) -> None:
         """Flush whatever must outlive the process (called at interpreter exit)."""
@@ -125,6 +139,10 @@ class LocalRuntime(Runtime):
 
     def event_time(self, event_id: int) -> float | None:
         return self._events.get(event_id)
+
+    def group_size(self, gid: int) -> int:
+        known = self.groups.get(gid)
+        return len(known[0]) if known is not None else self.world_size
 
     def submit(self, op: Op) -> None:
         if op.kind in SYNC_KINDS:

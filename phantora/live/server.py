@@ -1,0 +1,352 @@
+"""The engine server of a live run: rank processes connect to it, their ops feed one `Engine`, and its answers
+(virtual times at host syncs, event times, combined real values) go back to the ranks that wait for them.
+
+The server is single-threaded apart from accepting connections. `step()` reads whatever the ranks have sent, feeds the
+engine, runs it as far as the input allows (the engine's conservative time management makes the result independent
+of the order in which messages arrive), then answers. Every simulated op goes through the recorder into the HDF5
+trace, which is flushed whenever an iteration completes, so a run that dies leaves a trace readable up to there.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import secrets
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, Listener, wait
+from pathlib import Path
+from typing import Any
+
+from ..cluster import ClusterSpec
+from ..engine.core import Engine
+from ..engine.ops import OpKind
+from ..engine.recorder import Recorder
+from ..errors import PhantoraError, SimulationError
+from ..trace.writer import TraceWriter
+from . import wire
+from .combine import combine
+
+FLUSH_EVERY_S = 10.0
+
+
+class LiveRunError(PhantoraError):
+    """The simulated program cannot go on (mismatched collectives, a deadlock, a protocol error)."""
+
+
+@dataclass
+class LiveRank:
+    rank: int
+    conn: Connection | None = None
+    pid: int | None = None
+    fed: int = 0                                   # ops fed to the engine
+    awaiting: int | None = None                    # index of the blocking op the rank waits on
+    event_queries: list[int] = field(default_factory=list)
+    exchange: tuple | None = None                  # (gid, seq) the rank waits on
+    sig_map: list[int] = field(default_factory=list)
+    colls: dict[int, int] = field(default_factory=dict)   # collectives issued per group
+    finished: bool = False                         # said "bye"
+    disconnected: bool = False
+    last_message: float = 0.0                      # wall time (time.monotonic) of the latest message
+
+
+class EngineServer:
+    """One engine, fed by the ranks' connections."""
+
+    def __init__(self, spec: ClusterSpec, simulated: list[int], rank_map: list[int], *, trace: str | Path | None,
+                 meta: dict, launch_overhead_s: float, cpu_time_scale: float = 1.0, vram_bytes: int | None = None,
+                 algo: str | None = None, proto: str | None = None):
+        self.spec = spec
+        self.simulated = list(simulated)
+        self.rank_map = list(rank_map)
+        self._tmpdir = tempfile.mkdtemp(prefix="phantora-run-")
+        self.address = "unix://" + os.path.join(self._tmpdir, "engine.sock")
+        self.authkey = secrets.token_bytes(16)
+        self._keep_trace = trace is not None
+        self.trace_path = str(trace) if trace is not None else os.path.join(self._tmpdir, "trace.h5")
+        self.writer = TraceWriter(self.trace_path, meta)
+        self.recorder = Recorder(self.writer)
+        self.engine = Engine(spec, simulated=self.simulated, rank_map=self.rank_map, sink=self.recorder,
+                             on_sync=self._on_sync, launch_overhead_s=launch_overhead_s,
+                             cpu_time_scale=cpu_time_scale, vram_bytes=vram_bytes, algo=algo, proto=proto)
+        self.recorder.attach(self.engine)
+        self._sig_ids: dict[str, int] = {}
+        self._groups_written: set[int] = set()
+        self._write_groups()
+        self.ranks: dict[int, LiveRank] = {r: LiveRank(r) for r in self.simulated}
+        self._by_conn: dict[Connection, LiveRank] = {}
+        self._listener = Listener(wire.address_of(self.address), family="AF_UNIX", authkey=self.authkey)
+        self._accepted: queue.Queue = queue.Queue()
+        self._accept_thread = threading.Thread(target=self._accept_loop, name="phantora-accept", daemon=True)
+        self._accept_thread.start()
+        self._replies: list[tuple[LiveRank, tuple]] = []
+        self._exchanges: dict[tuple[int, int], dict[int, tuple[str, Any]]] = {}
+        self._marks = 0
+        self._last_flush = time.monotonic()
+        self.messages = 0
+
+    # ------------------------------------------------------------------------------------------------ connections
+    def _accept_loop(self) -> None:
+        while True:
+            try:
+                conn = self._listener.accept()
+            except (OSError, EOFError):
+                return
+            except Exception:  # noqa: BLE001 - a bad handshake (wrong key) must not stop the server
+                continue
+            self._accepted.put(conn)
+
+    def _take_accepted(self) -> None:
+        while True:
+            try:
+                conn = self._accepted.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                msg = conn.recv()
+            except (EOFError, OSError):
+                conn.close()
+                continue
+            if not (isinstance(msg, tuple) and msg and msg[0] == "hello" and msg[1] in self.ranks):
+                conn.close()
+                continue
+            lr = self.ranks[msg[1]]
+            if lr.conn is not None:
+                conn.close()
+                raise LiveRunError(f"rank {msg[1]} connected twice")
+            lr.conn, lr.pid, lr.last_message = conn, msg[2], time.monotonic()
+            self._by_conn[conn] = lr
+
+    @property
+    def connected(self) -> int:
+        return sum(1 for lr in self.ranks.values() if lr.conn is not None)
+
+    @property
+    def all_finished(self) -> bool:
+        return all(lr.finished for lr in self.ranks.values())
+
+    # ------------------------------------------------------------------------------------------------ main step
+    def step(self, timeout: float = 0.05) -> None:
+        """Read what has arrived (waiting up to `timeout` s), simulate, answer."""
+        self._take_accepted()
+        conns = [lr.conn for lr in self.ranks.values() if lr.conn is not None and not lr.disconnected]
+        if not conns:
+            time.sleep(timeout)
+            return
+        changed = False
+        for conn in wait(conns, timeout):
+            lr = self._by_conn[conn]
+            try:
+                while True:
+                    self._handle(lr, conn.recv())
+                    changed = True
+                    if not conn.poll():
+                        break
+            except (EOFError, OSError):
+                lr.disconnected = True
+                if not lr.finished:
+                    # the process died mid-run: nothing more will come from it
+                    changed = True
+        if changed:
+            self._simulate()
+
+    def _handle(self, lr: LiveRank, msg: tuple) -> None:
+        self.messages += 1
+        lr.last_message = time.monotonic()
+        tag = msg[0]
+        if tag == "ops" or tag == "wait":
+            self._feed(lr, msg[1], msg[2])
+            if tag == "wait":
+                lr.awaiting = lr.fed - 1
+        elif tag == "group":
+            _, gid, ranks, name = msg
+            try:
+                self.engine.add_group(gid, ranks, name)
+            except SimulationError as exc:
+                raise LiveRunError(str(exc)) from None
+            self._write_groups()
+        elif tag == "event":
+            lr.event_queries.append(msg[1])
+        elif tag == "exchange":
+            _, rows, sigs, gid, seq, kind, payload = msg
+            self._feed(lr, rows, sigs)
+            self._exchanges.setdefault((gid, seq), {})[lr.rank] = (kind, payload)
+            lr.exchange = (gid, seq)
+        elif tag == "bye":
+            lr.finished = True
+            self.engine.close(lr.rank)
+        else:
+            raise LiveRunError(f"rank {lr.rank} sent an unknown message {tag!r}")
+
+    def _feed(self, lr: LiveRank, rows: list, sigs: list) -> None:
+        sig_map = lr.sig_map
+        for local, key in sigs:
+            if local != len(sig_map):
+                raise LiveRunError(f"rank {lr.rank}: signature ids out of order ({local} after {len(sig_map)})")
+            sig_map.append(self._global_sig(key))
+        ops = []
+        colls = lr.colls
+        for row in rows:
+            op = wire.decode(row)
+            if op.sig >= 0:
+                op.sig = sig_map[op.sig]
+            if op.kind == OpKind.COLLECTIVE:
+                colls[op.group] = colls.get(op.group, 0) + 1
+            ops.append(op)
+        lr.fed += len(ops)
+        self.engine.feed(lr.rank, ops)
+
+    def _global_sig(self, key: str) -> int:
+        sid = self._sig_ids.get(key)
+        if sid is None:
+            sid = self._sig_ids[key] = self.writer.add_signature(key)
+        return sid
+
+    def _write_groups(self) -> None:
+        for gid, g in self.engine.groups.items():
+            if gid not in self._groups_written:
+                self.writer.add_group(gid, g.ranks, g.name)
+                self._groups_written.add(gid)
+
+    # ------------------------------------------------------------------------------------------------ simulation
+    def _on_sync(self, rank: int, index: int, t: float) -> None:
+        lr = self.ranks.get(rank)
+        if lr is not None and lr.awaiting == index:
+            lr.awaiting = None
+            self._replies.append((lr, ("time", t)))
+
+    def _simulate(self) -> None:
+        try:
+            self.engine.run()
+        except SimulationError as exc:
+            raise LiveRunError(str(exc)) from None
+        self._answer_events()
+        self._answer_exchanges()
+        replies, self._replies = self._replies, []
+        for lr, msg in replies:
+            self._send(lr, msg)
+        self._check_progress()
+        marks = sum(len(rs.iterations) for rs in self.engine.ranks.values())
+        now = time.monotonic()
+        if marks != self._marks or now - self._last_flush > FLUSH_EVERY_S:
+            self._marks = marks
+            self._last_flush = now
+            self.recorder.flush()
+
+    def _send(self, lr: LiveRank, msg: tuple) -> None:
+        if lr.conn is None or lr.disconnected:
+            return
+        try:
+            lr.conn.send(msg)
+        except OSError:
+            lr.disconnected = True
+
+    def _answer_events(self) -> None:
+        for lr in self.ranks.values():
+            if not lr.event_queries:
+                continue
+            events = self.engine.ranks[lr.rank].events
+            for eid in lr.event_queries:
+                ev = events.get(eid)
+                self._replies.append((lr, ("time", ev.time if ev is not None else None)))
+            lr.event_queries = []
+
+    def _answer_exchanges(self) -> None:
+        for key in list(self._exchanges):
+            gid, seq = key
+            got = self._exchanges[key]
+            g = self.engine.groups.get(gid)
+            if g is None:
+                continue
+            pending = [r for r in g.simulated if r not in got and not self.ranks[r].finished
+                       and not self.ranks[r].disconnected and self.ranks[r].colls.get(gid, 0) <= seq]
+            if pending:
+                continue
+            del self._exchanges[key]
+            kinds = {k for k, _ in got.values()}
+            if len(kinds) != 1:
+                raise LiveRunError(f"collective #{seq + 1} on group {gid} ({g.name}): ranks combine values "
+                                   f"differently ({', '.join(sorted(kinds))})")
+            kind = kinds.pop()
+            first = got[min(got)][1]
+            payloads = []
+            for member in g.ranks:
+                if member in got:
+                    payloads.append(got[member][1])
+                elif self.rank_map[member] in got:
+                    payloads.append(got[self.rank_map[member]][1])
+                else:
+                    payloads.append(first)
+            try:
+                result = combine(kind, payloads)
+            except Exception as exc:  # noqa: BLE001 - values of another shape: report, do not crash the server
+                raise LiveRunError(f"collective #{seq + 1} on group {gid} ({g.name}): cannot combine the ranks' "
+                                   f"values ({exc})") from None
+            for r in got:
+                self.ranks[r].exchange = None
+                self._replies.append((self.ranks[r], ("value", result)))
+
+    def _check_progress(self) -> None:
+        """Every rank still running waits on the engine and the engine can do nothing more: a deadlock."""
+        live = [lr for lr in self.ranks.values() if not lr.finished and not lr.disconnected]
+        if not live or self.connected < len(self.ranks):
+            return
+        if all(lr.awaiting is not None or lr.exchange is not None for lr in live):
+            raise LiveRunError(self.stuck_report())
+
+    def stuck_report(self) -> str:
+        report = getattr(self.engine, "_deadlock_report", None)
+        text = report() if report else "the simulated program is stuck"
+        for lr in self.ranks.values():
+            if lr.exchange is not None:
+                text += f"\n  rank {lr.rank} waits for the values of collective #{lr.exchange[1] + 1} on group " \
+                        f"{lr.exchange[0]}"
+            elif lr.finished:
+                text += f"\n  rank {lr.rank} has finished its program"
+        return text
+
+    def last_op(self, rank: int) -> str:
+        rs = self.engine.ranks.get(rank)
+        if rs is None or rs.last_op is None:
+            return "no op yet"
+        idx, op = rs.last_op
+        return f"op #{idx} {op!r}"
+
+    # ------------------------------------------------------------------------------------------------ end
+    def finish(self, error: str | None = None) -> None:
+        """Run the engine to the end of what it has, flush and close the trace (with `error` when the run failed)."""
+        if error is None:
+            try:
+                self.engine.run()
+            except SimulationError as exc:
+                error = str(exc)
+        try:
+            self.recorder.flush()
+        except Exception:  # noqa: BLE001 - keep what was flushed before
+            pass
+        done = all(rs.closed and not rs.queue and rs.waiting is None for rs in self.engine.ranks.values())
+        self.writer.update_meta({"complete_simulation": bool(done and error is None)})
+        self.writer.close(error=error)
+        self.close()
+
+    def close(self) -> None:
+        for lr in self.ranks.values():
+            if lr.conn is not None:
+                try:
+                    lr.conn.close()
+                except OSError:
+                    pass
+        try:
+            self._listener.close()
+        except OSError:
+            pass
+
+    def discard_trace(self) -> None:
+        if not self._keep_trace:
+            Path(self.trace_path).unlink(missing_ok=True)
+        try:
+            os.rmdir(self._tmpdir)
+        except OSError:
+            pass

@@ -1,0 +1,178 @@
+"""The report that ends a live run: iteration times, throughput, utilisation, memory and where the time went.
+
+Iteration k ends when the slowest rank marks it (optimizer steps, or explicit marks); iteration times are the gaps
+between consecutive ends, so the first (set-up) span never counts. Figures:
+- `iteration_s`: median iteration time;
+- `tflops_per_gpu` / `hfu`: FLOPs of the costed kernels (recomputation included) per iteration and GPU, over the
+  iteration time, and that over the GPU's dense bf16 peak (hardware FLOPs utilisation);
+- `tokens_per_s_per_gpu` and `mfu` when the tokens per iteration are known (`--tokens-per-iteration`) and, for MFU,
+  the model (`--model`: TorchTitan's FLOPs per token);
+- `peak_memory_bytes`: per simulated rank, the caching allocator's peak reserved and allocated bytes;
+- compute / communication / exposed communication seconds per iteration, averaged over simulated ranks
+  (phantora/trace/summary.py defines them).
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..engine.ops import OpKind
+from ..replay import iteration_times
+
+
+@dataclass
+class RunSummary:
+    cluster: str
+    gpu: str
+    world_size: int
+    simulated_ranks: list[int]
+    iterations_s: list[float]
+    peak_memory_bytes: dict[int, int]
+    peak_allocated_bytes: dict[int, int]
+    vram_bytes: int
+    flops_per_iteration: float | None = None         # per GPU (mean over simulated ranks)
+    peak_flops: float = 0.0
+    tokens_per_iteration: float | None = None
+    flops_per_token: float | None = None
+    compute_s: float | None = None                    # per iteration
+    communication_s: float | None = None
+    exposed_communication_s: float | None = None
+    oom: bool = False
+    oom_messages: list[str] = field(default_factory=list)
+    ops: int = 0
+    wall_s: float = 0.0
+    trace: str | None = None
+
+    @property
+    def iteration_s(self) -> float | None:
+        return statistics.median(self.iterations_s) if self.iterations_s else None
+
+    @property
+    def tflops_per_gpu(self) -> float | None:
+        if not self.iteration_s or self.flops_per_iteration is None:
+            return None
+        return self.flops_per_iteration / self.iteration_s / 1e12
+
+    @property
+    def hfu(self) -> float | None:
+        t = self.tflops_per_gpu
+        return t * 1e12 / self.peak_flops if t is not None and self.peak_flops else None
+
+    @property
+    def tokens_per_s_per_gpu(self) -> float | None:
+        if not self.iteration_s or not self.tokens_per_iteration:
+            return None
+        return self.tokens_per_iteration / self.iteration_s / self.world_size
+
+    @property
+    def mfu(self) -> float | None:
+        tps = self.tokens_per_s_per_gpu
+        if tps is None or not self.flops_per_token or not self.peak_flops:
+            return None
+        return tps * self.flops_per_token / self.peak_flops
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["peak_memory_bytes"] = {str(k): v for k, v in self.peak_memory_bytes.items()}
+        d["peak_allocated_bytes"] = {str(k): v for k, v in self.peak_allocated_bytes.items()}
+        for k in ("iteration_s", "tflops_per_gpu", "hfu", "tokens_per_s_per_gpu", "mfu"):
+            d[k] = getattr(self, k)
+        d["max_peak_memory_bytes"] = max(self.peak_memory_bytes.values(), default=0)
+        return d
+
+    def format(self) -> str:
+        lines = [f"phantora: {self.world_size} x {self.gpu} on {self.cluster}; simulated ranks "
+                 f"{_ranks(self.simulated_ranks)} ({self.ops:,} ops in {self.wall_s:.1f} s wall)"]
+        if self.iterations_s:
+            its = ", ".join(f"{t * 1e3:.1f}" for t in self.iterations_s[:8])
+            more = f" ... ({len(self.iterations_s)} in all)" if len(self.iterations_s) > 8 else ""
+            lines.append(f"  iteration time   median {self.iteration_s * 1e3:.2f} ms   [{its}{more}] ms")
+        else:
+            lines.append("  iteration time   n/a (fewer than two iteration marks: run at least 2 optimizer steps)")
+        if self.tokens_per_s_per_gpu is not None:
+            lines.append(f"  tokens/s/GPU     {self.tokens_per_s_per_gpu:,.0f}")
+        if self.mfu is not None:
+            lines.append(f"  MFU              {self.mfu * 100:.1f} %")
+        if self.tflops_per_gpu is not None:
+            hfu = f"   (HFU {self.hfu * 100:.1f} % of {self.peak_flops / 1e12:.0f})" if self.hfu is not None else ""
+            lines.append(f"  kernel TFLOP/s   {self.tflops_per_gpu:.1f} per GPU{hfu}")
+        if self.compute_s is not None:
+            lines.append(f"  per iteration    compute {self.compute_s * 1e3:.2f} ms, communication "
+                         f"{(self.communication_s or 0) * 1e3:.2f} ms, exposed communication "
+                         f"{(self.exposed_communication_s or 0) * 1e3:.2f} ms")
+        if self.peak_memory_bytes:
+            gib = 2 ** 30
+            peak = max(self.peak_memory_bytes.values())
+            per = ", ".join(f"r{r} {v / gib:.2f}" for r, v in sorted(self.peak_memory_bytes.items())[:8])
+            lines.append(f"  peak memory      {peak / gib:.2f} GiB reserved of {self.vram_bytes / gib:.0f} GiB "
+                         f"({per} GiB)")
+        if self.oom:
+            lines.append("  OUT OF MEMORY    " + "; ".join(self.oom_messages[:3]))
+        if self.trace:
+            lines.append(f"  trace            {self.trace}")
+        return "\n".join(lines)
+
+
+def _ranks(ranks: list[int]) -> str:
+    return ", ".join(map(str, ranks[:8])) + (f", ... ({len(ranks)})" if len(ranks) > 8 else "")
+
+
+def summarize_run(engine, trace_path: str | None, *, tokens_per_iteration: float | None = None,
+                  flops_per_token: float | None = None, wall_s: float = 0.0, keep_trace: bool = True,
+                  oom_messages: list[str] = ()) -> RunSummary:
+    """The summary of a finished (or stopped) live run from its engine and its closed trace."""
+    spec = engine.spec
+    gpu = spec.gpu_spec()
+    marks = {r: list(rs.iterations) for r, rs in engine.ranks.items()}
+    peak_res = {r: rs.allocator.stats["reserved_bytes.all.peak"] for r, rs in engine.ranks.items()}
+    peak_alloc = {r: rs.allocator.stats["allocated_bytes.all.peak"] for r, rs in engine.ranks.items()}
+    s = RunSummary(cluster=spec.name, gpu=spec.gpu, world_size=spec.world_size, simulated_ranks=sorted(engine.ranks),
+                   iterations_s=iteration_times(marks), peak_memory_bytes=peak_res, peak_allocated_bytes=peak_alloc,
+                   vram_bytes=engine.ranks[min(engine.ranks)].allocator.capacity, peak_flops=gpu.peak_flops("bf16"),
+                   tokens_per_iteration=tokens_per_iteration, flops_per_token=flops_per_token, wall_s=wall_s,
+                   trace=trace_path if keep_trace else None)
+    msgs = list(oom_messages) + [f"rank {r}: {e}" for r, _, e in engine.ooms]
+    s.oom, s.oom_messages = bool(msgs), msgs
+    if trace_path is not None:
+        _from_trace(s, trace_path)
+    return s
+
+
+def _from_trace(s: RunSummary, path: str) -> None:
+    from ..errors import PhantoraError
+    from ..trace.reader import TraceReader
+    from ..trace.summary import summarize_ops
+
+    try:
+        reader = TraceReader(path)
+    except PhantoraError:
+        return
+    with reader:
+        flops, comp, comm, exp = [], [], [], []
+        n_ops = 0
+        for r in reader.ranks:
+            ops = reader.ops(r)
+            n_ops += len(ops)
+            marks = reader.iterations(r, ops)
+            if len(marks) < 2:
+                continue
+            lo, hi = float(marks[0]), float(marks[-1])
+            n = len(marks) - 1
+            window = ops[(ops["issue"] >= lo) & (ops["issue"] < hi)]
+            kern = window[window["kind"] == int(OpKind.KERNEL)]
+            flops.append(float(np.sum(kern["flops"])) / n)
+            part = summarize_ops(window, reader.names)
+            for key, out in (("compute", comp), ("communication", comm), ("exposed_communication", exp)):
+                if isinstance(part.get(key), (int, float)):
+                    out.append(part[key] / n)
+        s.ops = n_ops
+        if flops:
+            s.flops_per_iteration = sum(flops) / len(flops)
+        if comp:
+            s.compute_s = sum(comp) / len(comp)
+            s.communication_s = sum(comm) / len(comm) if comm else None
+            s.exposed_communication_s = sum(exp) / len(exp) if exp else None

@@ -1,0 +1,190 @@
+"""`RemoteRuntime`: a rank of a live run, connected to the engine server of `phantora run` (phantora/live/server.py).
+
+Ops are buffered and sent in batches (pickled tuples, see phantora/live/wire.py). The rank only waits for the server
+at host syncs (a blocking op: its batch is sent with "wait" and the answer is the rank's new virtual CPU time), when it
+asks for an event's time, and when a collective carries real values to combine.
+
+Between syncs the rank keeps its CPU clock itself with exactly the engine's rule (phantora/engine/core.py):
+each op adds `cpu_delta × cpu_time_scale`, and every launch (kernel, copy, collective, a send/recv outside a group, a
+non-empty group end) adds the host's launch overhead. The server's answer at the next sync is authoritative.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from multiprocessing.connection import Client
+from typing import Any
+
+from phantora.engine.allocator import CachingAllocatorModel
+from phantora.engine.ops import Memcpy, Op, OpKind
+from phantora.live import wire
+
+from .errors import StubConfigError
+from .runtime import SYNC_KINDS, Runtime
+
+_LAUNCH = frozenset({OpKind.KERNEL, OpKind.MEMCPY, OpKind.COLLECTIVE})
+FLUSH_OPS = 2048
+
+
+class EngineGone(RuntimeError):
+    """The engine server closed the connection (the run is being stopped)."""
+
+
+class RemoteRuntime(Runtime):
+    def __init__(self, address: str, authkey: bytes, *, rank: int, world_size: int, local_rank: int,
+                 capacity_bytes: int, launch_overhead_s: float, cpu_time_scale: float = 1.0):
+        self.rank = rank
+        self.world_size = world_size
+        self.local_rank = local_rank
+        self.launch = launch_overhead_s
+        self.scale = cpu_time_scale
+        self._allocator = CachingAllocatorModel(capacity_bytes)
+        try:
+            self._conn = Client(wire.address_of(address), family="AF_UNIX", authkey=authkey)
+        except (OSError, ValueError) as exc:
+            raise StubConfigError(f"rank {rank} cannot reach the phantora engine at {address}: {exc}") from None
+        self._conn.send(("hello", rank, os.getpid()))
+        self._rows: list[tuple] = []
+        self._new_sigs: list[tuple[int, str]] = []
+        self._sigs: dict[str, int] = {}
+        self._cpu = 0.0
+        self._pending_cpu = 0.0          # advance_cpu seconds not yet carried by an op
+        self._in_group = False
+        self._group_ops = 0
+        self._coll_seq: dict[int, int] = {}
+        self._closed = False
+
+    # -- interface ------------------------------------------------------------------------------------------------
+    @property
+    def allocator(self) -> CachingAllocatorModel:
+        return self._allocator
+
+    def now(self) -> float:
+        return self._cpu
+
+    def advance_cpu(self, seconds: float) -> None:
+        if seconds > 0:
+            self._pending_cpu += seconds
+            self._cpu += seconds * self.scale
+
+    def intern_signature(self, key: str) -> int:
+        sid = self._sigs.get(key)
+        if sid is None:
+            sid = self._sigs[key] = len(self._sigs)
+            self._new_sigs.append((sid, key))
+        return sid
+
+    def register_group(self, gid: int, ranks: list[int], name: str) -> None:
+        self._send_ops()
+        self._send(("group", gid, list(ranks), name))
+
+    def submit(self, op: Op) -> None:
+        k = op.kind
+        if k in SYNC_KINDS or (k == OpKind.MEMCPY and op.arg == Memcpy.D2H):
+            self.wait(op)
+            return
+        self._append(op)
+        if len(self._rows) >= FLUSH_OPS:
+            self._send_ops()
+
+    def wait(self, op: Op) -> float:
+        k = op.kind
+        if not (k in SYNC_KINDS or (k == OpKind.MEMCPY and op.arg == Memcpy.D2H)):
+            # a launch the host blocks on: launch it, then wait for its stream
+            self._append(op)
+            op = Op(OpKind.SYNC_STREAM, stream=op.stream)
+        self._append(op)
+        rows, sigs = self._take()
+        self._send(("wait", rows, sigs))
+        self._cpu = self._expect("time")
+        return self._cpu
+
+    def event_time(self, event_id: int) -> float | None:
+        self._send_ops()
+        self._send(("event", int(event_id)))
+        return self._expect("time")
+
+    def exchange(self, gid: int, kind: str, payload: Any) -> Any:
+        """Combine real values across the group of the latest collective issued on `gid` (see docs/live-runs.md)."""
+        seq = self._coll_seq.get(gid, 0) - 1
+        rows, sigs = self._take()          # the collective itself travels with its values
+        self._send(("exchange", rows, sigs, gid, seq, kind, payload))
+        return self._expect("value")
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self._pending_cpu:
+                self._append(Op(OpKind.CPU))
+            self._send_ops()
+            self._send(("bye",))
+            self._conn.close()
+        except (OSError, EngineGone):
+            pass
+
+    # -- internals -------------------------------------------------------------------------------------------------
+    def _append(self, op: Op) -> None:
+        if self._pending_cpu:
+            op.cpu_delta += self._pending_cpu
+            self._cpu += (op.cpu_delta - self._pending_cpu) * self.scale
+            self._pending_cpu = 0.0
+        else:
+            self._cpu += op.cpu_delta * self.scale
+        k = op.kind
+        if k in _LAUNCH:
+            self._cpu += self.launch
+            if k == OpKind.COLLECTIVE:
+                self._coll_seq[op.group] = self._coll_seq.get(op.group, 0) + 1
+        elif k == OpKind.SEND or k == OpKind.RECV:
+            if self._in_group:
+                self._group_ops += 1
+            else:
+                self._cpu += self.launch
+        elif k == OpKind.GROUP_START:
+            self._in_group, self._group_ops = True, 0
+        elif k == OpKind.GROUP_END:
+            if self._group_ops:
+                self._cpu += self.launch
+            self._in_group, self._group_ops = False, 0
+        self._rows.append(wire.encode(op))
+
+    def _take(self) -> tuple[list, list]:
+        rows, sigs = self._rows, self._new_sigs
+        self._rows, self._new_sigs = [], []
+        return rows, sigs
+
+    def _send_ops(self) -> None:
+        if self._rows or self._new_sigs:
+            rows, sigs = self._take()
+            self._send(("ops", rows, sigs))
+
+    def _send(self, msg: tuple) -> None:
+        try:
+            self._conn.send(msg)
+        except (OSError, ValueError) as exc:
+            raise EngineGone(f"rank {self.rank}: the phantora engine is gone ({exc})") from None
+
+    def _expect(self, tag: str) -> Any:
+        try:
+            msg = self._conn.recv()
+        except (EOFError, OSError) as exc:
+            raise EngineGone(f"rank {self.rank}: the phantora engine is gone ({exc or 'connection closed'})") from None
+        if msg[0] == "error":
+            print(f"phantora: {msg[1]}", file=sys.stderr, flush=True)
+            os._exit(3)
+        if msg[0] != tag:
+            raise EngineGone(f"rank {self.rank}: unexpected answer {msg[0]!r} from the engine (wanted {tag!r})")
+        return msg[1]
+
+
+def remote_factory(config, gpu: Any, capacity: int) -> RemoteRuntime:
+    key = os.environ.get(wire.AUTHKEY_ENV, "")
+    if not key:
+        raise StubConfigError(f"PHANTORA_RUNTIME={config.runtime} needs {wire.AUTHKEY_ENV} (set by phantora run)")
+    scale = float(os.environ.get("PHANTORA_CPU_TIME_SCALE") or 1.0)
+    return RemoteRuntime(config.runtime, bytes.fromhex(key), rank=config.rank, world_size=config.world_size,
+                         local_rank=config.local_rank, capacity_bytes=capacity,
+                         launch_overhead_s=config.launch_overhead_s, cpu_time_scale=scale)

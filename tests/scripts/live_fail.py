@@ -1,0 +1,25 @@
+"""Failing programs for tests/test_live_run.py: --mode raise | mismatch | hang | exit."""
+import argparse
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+
+p = argparse.ArgumentParser()
+p.add_argument("--mode", required=True)
+args = p.parse_args()
+dist.init_process_group("nccl")
+rank = dist.get_rank()
+x = torch.ones(1024 * (1 + rank if args.mode == "mismatch" else 1), device="cuda")
+dist.all_reduce(x)
+if rank == 1 and args.mode == "raise":
+    raise ValueError("deliberate failure on rank 1")
+if rank == 1 and args.mode == "exit":
+    os._exit(0)
+if rank == 1 and args.mode == "hang":
+    while True:
+        sum(range(10000))
+dist.all_reduce(x)
+torch.cuda.synchronize()
+sys.exit(0)

@@ -1,0 +1,26 @@
+"""A torchrun-style script for tests/test_live_run.py: prints what torchrun's variables and a few collectives on
+host-known values give on this rank, as one JSON line."""
+import json
+import os
+
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("nccl")
+rank, world = dist.get_rank(), dist.get_world_size()
+torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+s = torch.tensor([float(rank + 1)], device="cuda")
+dist.all_reduce(s)
+m = torch.tensor([float(rank)], device="cuda")
+dist.all_reduce(m, op=dist.ReduceOp.MAX)
+objs = [None] * world
+dist.all_gather_object(objs, {"rank": rank})
+b = [rank * 10]
+dist.broadcast_object_list(b, src=world - 1)
+g = torch.empty(world, device="cuda")
+dist.all_gather_into_tensor(g, torch.tensor([rank * 2.0], device="cuda"))
+env = {k: os.environ.get(k) for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
+                                      "MASTER_PORT", "GROUP_RANK")}
+print("RESULT " + json.dumps({"rank": rank, "world": world, "sum": s.item(), "max": m.item(), "objs": objs,
+                              "bcast": b, "gathered": g.tolist(), "env": env}), flush=True)
+dist.destroy_process_group()

@@ -1,0 +1,141 @@
+"""`phantora run` end to end: real rank processes under the stubs, connected to the engine server.
+
+Checks: torchrun's environment; real values through collectives computed here independently (sums, maxima, gathers
+of what each rank contributes, with mirrored ranks contributing their representative's value); failures reported with
+the right rank and a readable trace; every collective of a live run lasting what the network model says that
+collective takes alone (the nccl-tests table of `phantora net bench`); `--ranks auto` giving the numbers of
+`--ranks all` on a symmetric workload; replay of a live trace reproducing it exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from phantora.cluster import load_cluster
+from phantora.net.bench import bench
+from phantora.replay import replay
+from phantora.trace.reader import TraceReader
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPTS = Path(__file__).resolve().parent / "scripts"
+# deterministic CPU side: framework CPU time scaled to 0, so only the modelled launch overhead remains
+DETERMINISTIC = ("--set", "host.cpu_time_scale=0")
+
+
+def phantora_run(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    env.pop("PYTHONPATH", None)
+    return subprocess.run([sys.executable, "-m", "phantora.cli", "run", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=str(ROOT), env=env)
+
+
+def results(stdout: str) -> list[dict]:
+    out = []
+    for line in stdout.splitlines():
+        if "RESULT " in line:
+            out.append(json.loads(line.split("RESULT ", 1)[1]))
+    return out
+
+
+def test_torchrun_environment_and_values_across_ranks(tmp_path):
+    world = 4
+    proc = phantora_run("--gpus-per-node", str(world), "--no-trace", "--", "python",
+                        str(SCRIPTS / "live_values.py"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = sorted(results(proc.stdout), key=lambda r: r["rank"])
+    assert [r["rank"] for r in res] == list(range(world))
+    ports = {r["env"]["MASTER_PORT"] for r in res}
+    assert len(ports) == 1
+    for r in res:
+        env = r["env"]
+        assert env["RANK"] == str(r["rank"]) and env["WORLD_SIZE"] == str(world)
+        assert env["LOCAL_RANK"] == str(r["rank"]) and env["LOCAL_WORLD_SIZE"] == str(world)
+        assert env["MASTER_ADDR"] == "127.0.0.1" and env["GROUP_RANK"] == "0"
+        assert r["sum"] == sum(k + 1 for k in range(world))
+        assert r["max"] == world - 1
+        assert r["objs"] == [{"rank": k} for k in range(world)]
+        assert r["bcast"] == [(world - 1) * 10]
+        assert r["gathered"] == [2.0 * k for k in range(world)]
+
+
+def test_mirrored_ranks_contribute_their_representatives_values():
+    world, listed = 4, [0, 2]
+    proc = phantora_run("--gpus-per-node", str(world), "--ranks", "0,2", "--no-trace", "--", "python",
+                        str(SCRIPTS / "live_values.py"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = results(proc.stdout)
+    assert sorted(r["rank"] for r in res) == listed
+    rep = [max(s for s in listed if s <= k) for k in range(world)]    # the documented mirroring rule
+    for r in res:
+        assert r["sum"] == sum(rep[k] + 1 for k in range(world))
+        assert r["max"] == max(rep)
+        assert r["objs"] == [{"rank": rep[k]} for k in range(world)]
+        assert r["gathered"] == [2.0 * rep[k] for k in range(world)]
+
+
+@pytest.mark.parametrize("mode,expect", [
+    ("raise", "rank 1 exited with code 1"),
+    ("mismatch", "mismatched collectives"),
+    ("exit", "rank 1 exited (code 0) before its program finished"),
+    ("hang", "rank 1 made no progress"),
+])
+def test_failures_stop_the_run_and_name_the_rank(tmp_path, mode, expect):
+    trace = tmp_path / f"{mode}.h5"
+    summary = tmp_path / "s.json"
+    hang = ("--hang-timeout", "5") if mode == "hang" else ()
+    proc = phantora_run("--gpus-per-node", "2", "--trace", str(trace), *hang, "--summary-json", str(summary), "--",
+                        "python", str(SCRIPTS / "live_fail.py"), "--mode", mode)
+    assert proc.returncode == 1
+    assert expect in proc.stderr, proc.stderr[-3000:]
+    if mode == "raise":
+        assert "deliberate failure on rank 1" in proc.stderr
+    with TraceReader(trace) as rd:                 # closed and readable, with the error recorded
+        assert rd.error and expect.split(" (")[0] in rd.error
+        assert rd.ranks == [0, 1]
+    assert json.loads(summary.read_text())["error"]
+
+
+def test_live_collectives_last_what_the_network_model_says(tmp_path):
+    trace = tmp_path / "ddp.h5"
+    dim, layers = 1024, 2
+    proc = phantora_run("--gpus-per-node", "4", "--trace", str(trace), "--quiet", "--", "python",
+                        str(SCRIPTS / "live_ddp.py"), "--dim", str(dim), "--layers", str(layers), "--steps", "3")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    spec = load_cluster("h100-hgx", gpus_per_node=4)
+    nbytes = dim * dim * 2                            # one bf16 weight gradient
+    (expected,) = bench(spec, "all_reduce", [nbytes])
+    with TraceReader(trace) as rd:
+        colls = rd.collectives
+        names = rd.names
+        ar = colls[[names[i] == "all_reduce" for i in colls["name"]]]
+        big = ar[ar["nbytes"] == nbytes]
+        assert len(big) == layers * 3
+        durations = big["end"] - big["start"]
+    # the gradients' all-reduces do not overlap one another (one communication stream), so each runs alone
+    np.testing.assert_allclose(durations, expected.time_us * 1e-6, rtol=1e-9)
+
+
+def test_ranks_auto_equals_all_and_replay_reproduces_the_live_run(tmp_path):
+    figures = {}
+    for mode in ("all", "auto"):
+        trace = tmp_path / f"{mode}.h5"
+        js = tmp_path / f"{mode}.json"
+        proc = phantora_run("--nodes", "2", "--gpus-per-node", "4", "--ranks", mode, *DETERMINISTIC, "--trace",
+                            str(trace), "--summary-json", str(js), "--quiet", "--", "python",
+                            str(SCRIPTS / "live_ddp.py"), "--dim", "1024", "--steps", "4", timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        figures[mode] = json.loads(js.read_text())
+    assert figures["auto"]["simulated_ranks"] == [0]
+    assert figures["all"]["simulated_ranks"] == list(range(8))
+    assert len(figures["all"]["iterations_s"]) == 3
+    np.testing.assert_allclose(figures["auto"]["iterations_s"], figures["all"]["iterations_s"], rtol=1e-9)
+    for mode in ("all", "auto"):
+        again = replay(tmp_path / f"{mode}.h5")
+        np.testing.assert_allclose(again.iterations_s, figures[mode]["iterations_s"], rtol=1e-12)
