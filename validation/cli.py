@@ -1,41 +1,101 @@
 """`phantora-validate --suite NAME`: simulate each ground-truth case of a suite and report the error.
 
-The suites are built from the records under groundtruth/; until a suite has records, the command says so and
-exits non-zero rather than reporting an empty success.
+A suite is the records of `groundtruth/<suite>/`. Each case runs live under `phantora run` (or, with `--cache`, once
+live and afterwards by replaying its cached trace). The exit status is 0 when every case ran, OOM rows agree and the
+maximum primary error is within `--max-error`; 1 otherwise; 2 for bad input (unknown suite or case).
 """
 
 from __future__ import annotations
 
+import json
 import sys
+from pathlib import Path
 
 import click
 
-from phantora.paths import groundtruth_dir
+from phantora.errors import PhantoraError
+from phantora.groundtruth.store import list_suites
+
+from .cases import load_cases
+from .compare import summarize
+from .harness import run_cases
+from .report import format_markdown, format_table, passes, plot
+from .runner import CachedRunner, LiveRunner
 
 
 def available_suites() -> list[str]:
-    root = groundtruth_dir()
-    if not root.is_dir():
-        return []
-    return sorted(p.name for p in root.iterdir() if p.is_dir() and any(p.glob("*.toml")))
+    return list_suites()
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+def make_runner(cache: str | None, rerun: bool = False, timeout_s: float | None = None):
+    """The runner for the command's options: live runs, or live once and replay afterwards with a cache."""
+    live = LiveRunner(timeout_s=timeout_s)
+    return CachedRunner(cache, live, rerun=rerun) if cache else live
+
+
+def validate(suite: str, *, runner, case_ids: tuple[str, ...] = (), jobs: int = 1, report: str | None = None,
+             as_json: bool = False, plot_path: str | None = None, max_error: float | None = None,
+             root: str | Path | None = None, echo=click.echo) -> int:
+    """Run a suite with `runner` and print/write the results; returns the exit status."""
+    cases = load_cases(suite, root=root, ids=case_ids)
+
+    def progress(done, total, case, res, secs):
+        state = "FAILED" if res.failure else ("ok" if res.ok else "mismatch")
+        err = f" {100 * res.error:+.2f}%" if res.error is not None else ""
+        click.echo(f"[{done}/{total}] {case.id}: {state}{err} ({secs:.1f} s)", err=True)
+
+    click.echo(f"running {len(cases)} case(s) of suite '{suite}' with {jobs} job(s)", err=True)
+    results = run_cases(cases, runner, jobs=jobs, progress=progress)
+    summary = summarize(results)
+    if as_json:
+        echo(json.dumps({"suite": suite, "cases": [r.as_dict() for r in results], "summary": summary}, indent=1))
+    else:
+        echo(format_table(suite, results, summary, max_error))
+    if report:
+        Path(report).write_text(format_markdown(suite, results, summary, max_error))
+        click.echo(f"wrote {report}", err=True)
+    if plot_path:
+        plot(suite, results, plot_path, max_error)
+        click.echo(f"wrote {plot_path}", err=True)
+    return 0 if passes(summary, max_error) else 1
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
 @click.option("--suite", required=True, help="Suite name (a folder of records under groundtruth/).")
-def main(suite: str) -> None:
+@click.option("--case", "case_ids", multiple=True, metavar="ID", help="Run only this case (repeatable).")
+@click.option("--jobs", "-j", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Cases simulated at once.")
+@click.option("--cache", type=click.Path(file_okay=False), default=None,
+              help="Keep each case's trace here; later runs replay it instead of a new live run.")
+@click.option("--rerun", is_flag=True, help="With --cache: run every case live again and refresh the cache.")
+@click.option("--timeout", "timeout_s", type=float, default=None, help="Seconds a live case may run.")
+@click.option("--report", type=click.Path(dir_okay=False), default=None, help="Write a Markdown report here.")
+@click.option("--json", "as_json", is_flag=True,
+              help='Print {"cases": [...], "summary": {...}} (errors as fractions) instead of the table.')
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
+              help="Write a bar chart of the errors (PNG).")
+@click.option("--max-error", type=float, default=None, metavar="PCT",
+              help="Exit non-zero when a case's error exceeds PCT percent.")
+def main(suite, case_ids, jobs, cache, rerun, timeout_s, report, as_json, plot_path, max_error) -> None:
     """Compare Phantora's simulated results with measured ground truth.
 
     \b
-    Example:
-      phantora-validate --suite torchtitan
+    Examples:
+      phantora-validate --suite torchtitan --cache ~/.cache/phantora-validate --jobs 2 --max-error 5
+      phantora-validate --suite torchtitan --case a100-64-llama3-8b-b1-ac-sel-op --json
     """
     suites = available_suites()
     if suite not in suites:
         known = ", ".join(suites) if suites else "none yet"
         click.echo(f"Error: no ground-truth suite '{suite}' (suites with records: {known})", err=True)
         sys.exit(2)
-    click.echo(f"Error: suite '{suite}' has records but no runner for them yet", err=True)
-    sys.exit(2)
+    try:
+        status = validate(suite, runner=make_runner(cache, rerun, timeout_s), case_ids=case_ids, jobs=jobs,
+                          report=report, as_json=as_json, plot_path=plot_path, max_error=max_error)
+    except PhantoraError as exc:
+        click.echo(f"Error: {exc}", err=True)
+        sys.exit(2)
+    sys.exit(status)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,0 +1,156 @@
+"""Case runners: the TorchTitan command built from a record, the `phantora run` summary parser, and the trace cache
+that re-validates by replay.
+
+The cache test uses the synthetic FSDP workload (phantora/synthetic.py), whose kernels are all roofline-costed, on a
+2-node cluster: replaying the cached trace on the same cluster must reproduce the live iteration time, and lowering the
+inter-node bandwidth in the cluster file must make the replayed iteration slower without a new live run.
+"""
+
+import json
+import statistics
+
+import pytest
+
+from phantora.cluster import load_cluster
+from phantora.groundtruth.schema import record_from_table
+from phantora.groundtruth.store import load_suite
+from phantora.groundtruth.tomlwrite import dumps
+from phantora.paths import groundtruth_dir
+from phantora.replay import iteration_times
+from phantora.simulate import simulate_streams
+from phantora.synthetic import SyntheticModel, fsdp_streams
+from phantora_validation.cases import Case, case_from_record
+from phantora_validation.runner import CachedRunner, CaseFailed, LiveRunner, parse_summary
+from phantora_validation.torchtitan import MODEL_CONFIGS
+
+GIB = 2**30
+
+
+def flag(args, name):
+    assert name in args, name
+    return args[args.index(name) + 1]
+
+
+def torchtitan_cases():
+    return [case_from_record(r, p) for p, r in load_suite("torchtitan", groundtruth_dir())]
+
+
+def test_torchtitan_command_follows_the_record():
+    checked = 0
+    for case in torchtitan_cases():
+        wl = case.record.workload
+        if wl.model not in MODEL_CONFIGS:
+            assert not case.runnable and wl.model in case.unsupported
+            continue
+        checked += 1
+        args = case.command
+        assert args[:3] == ["python", "-m", "torchtitan.train"]
+        assert flag(args, "--training.local_batch_size") == str(wl.micro_batch)
+        assert flag(args, "--training.global_batch_size") == str(wl.global_batch)
+        assert flag(args, "--training.seq_len") == str(wl.seq_len)
+        assert flag(args, "--parallelism.data_parallel_shard_degree") == str(wl.parallelism.dp_shard)
+        mode = flag(args, "--activation_checkpoint.mode")
+        if wl.activation_checkpointing == "selective-op":
+            assert mode == "selective" and flag(args, "--activation_checkpoint.selective_ac_option") == "op"
+        elif wl.activation_checkpointing == "selective-layer":
+            assert flag(args, "--activation_checkpoint.selective_ac_option") == str(wl.ac_layer_period)
+        else:
+            assert mode == wl.activation_checkpointing
+        assert ("--compile.enable" in args) == wl.compile
+        assert ("--model.converters" in args) == wl.float8
+    assert checked >= 8
+
+
+def test_live_command_wraps_the_training_command():
+    case = next(c for c in torchtitan_cases() if c.record.hardware.hosts == 16)
+    cmd = LiveRunner(["phantora"]).command(case, "t.h5", "s.json")
+    assert cmd[:2] == ["phantora", "run"]
+    assert flag(cmd, "--cluster") == case.record.hardware.cluster
+    assert flag(cmd, "--nodes") == "16"
+    assert flag(cmd, "--ranks") == "auto"
+    wl = case.record.workload
+    assert float(flag(cmd, "--tokens-per-iteration")) == wl.global_batch * wl.seq_len
+    assert cmd[cmd.index("--") + 1:] == case.command
+
+
+def test_unsupported_case_fails_without_running(tmp_path):
+    case = next(c for c in torchtitan_cases() if not c.runnable)
+    with pytest.raises(CaseFailed, match="no TorchTitan"):
+        LiveRunner(["false"])(case, tmp_path)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_parse_summary_derives_missing_figures():
+    case = next(c for c in torchtitan_cases() if c.id == "h100-8-llama3-8b-b2-fsdp")
+    s = {"iteration_s": 3.0, "tokens_per_s_per_gpu": None, "mfu": 0.35, "oom": False,
+         "peak_memory_bytes": {"0": 70 * GIB, "1": 75 * GIB}}
+    res = parse_summary(s, case)
+    assert res.tokens_per_s_per_gpu == pytest.approx(16 * 8192 / 3.0 / 8)
+    assert res.memory_gib == pytest.approx(75.0)
+    assert res.mfu_percent == pytest.approx(35.0)
+    assert parse_summary({"oom": True}, case).oom
+
+
+# --------------------------------------------------------------------------------------------- cache and replay
+RECORD = {
+    "id": "synthetic", "suite": "s",
+    "source": {"date": "2025-01-01", "contributor": "test"},
+    "hardware": {"gpu": "h100-sxm-80gb", "gpus": 4, "hosts": 2, "gpus_per_host": 2, "cluster": "h100-hgx",
+                 "intra_host_link": "nvswitch", "inter_host_gbps_per_gpu": 400.0},
+    "workload": {"framework": "synthetic", "framework_version": "0", "model": "llama-tiny", "micro_batch": 1,
+                 "global_batch": 4, "seq_len": 256, "activation_checkpointing": "none",
+                 "parallelism": {"dp_shard": 4}},
+    "metrics": {"tokens_per_s_per_gpu": 1000.0},
+}
+
+
+class SyntheticLive:
+    """Stands in for `phantora run`: simulates a synthetic FSDP step on the case's cluster and writes its outputs."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def __call__(self, case, workdir):
+        self.calls += 1
+        spec = load_cluster(case.cluster, nodes=case.nodes)
+        streams, sigs, meta = fsdp_streams(spec, SyntheticModel(dim=256, layers=2, ffn=704, vocab=1000, seq=256),
+                                           iterations=3)
+        engine = simulate_streams(spec, streams, workdir / "trace.h5", signatures=sigs, meta=meta)
+        its = iteration_times({r: rs.iterations for r, rs in engine.ranks.items()})
+        summary = {"iteration_s": statistics.median(its), "oom": False,
+                   "peak_memory_bytes": {str(r): rs.allocator.stats["reserved_bytes.all.peak"]
+                                         for r, rs in engine.ranks.items()}}
+        (workdir / "summary.json").write_text(json.dumps(summary))
+        return parse_summary(summary, case)
+
+
+def test_cache_replays_and_sees_a_changed_network(tmp_path):
+    cluster = tmp_path / "two-nodes.toml"
+    spec = load_cluster("h100-hgx", nodes=2, gpus_per_node=2)
+    cluster.write_text(dumps(spec.to_table()))
+    rec = record_from_table(RECORD)
+    case = Case(id=rec.id, suite=rec.suite, record=rec, cluster=str(cluster), nodes=2, command=["train"])
+    live = SyntheticLive()
+    runner = CachedRunner(tmp_path / "cache", live)
+
+    first = runner(case)
+    assert (first.mode, live.calls) == ("live", 1)
+    assert runner.cached(case)
+
+    again = runner(case)
+    assert (again.mode, live.calls) == ("replay", 1)
+    assert again.iteration_s == pytest.approx(first.iteration_s, rel=1e-9)
+    assert again.cost_source == "roofline" and again.cost_sources == {"roofline": 1.0}
+    assert again.memory_gib == pytest.approx(first.memory_gib)
+
+    table = spec.to_table()
+    table["net"]["inter_node_gbps"] = 25.0
+    cluster.write_text(dumps(table))
+    slower = runner(case)
+    assert (slower.mode, live.calls) == ("replay", 1)
+    assert slower.iteration_s > again.iteration_s
+
+    changed = record_from_table({**RECORD, "workload": {**RECORD["workload"], "seq_len": 512}})
+    case2 = Case(id=rec.id, suite=rec.suite, record=changed, cluster=str(cluster), nodes=2, command=["train"])
+    assert not runner.cached(case2)
+    assert runner(case2).mode == "live" and live.calls == 2

@@ -1,0 +1,267 @@
+"""Case runners: simulate a case and return the simulated metrics, the cost source and the trace.
+
+A runner is any callable `runner(case, workdir) -> SimResult`. `LiveRunner` runs the case's training command under
+`phantora run` (representative ranks) and parses the run's summary JSON. `CachedRunner` keeps each case's trace and
+summary in a cache folder; once a case has a trace there, it re-validates by replaying the trace
+(`phantora.replay.replay`) under the current cost and network models instead of a new live run. Memory and
+out-of-memory come from the op stream, which replay does not change, so they are taken from the cached summary.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from phantora.engine.ops import CostSource, OpKind
+from phantora.errors import PhantoraError
+
+from .cases import Case
+
+GIB = 2**30
+DOMINANT = 0.9        # a cost source with at least this share of kernel time names the case's cost source
+
+
+class CaseFailed(PhantoraError):
+    """The simulation of a case did not produce results."""
+
+
+@dataclass
+class SimResult:
+    """Phantora's figures for one case. Percent and GiB as in the records."""
+    oom: bool = False
+    tokens_per_s_per_gpu: float | None = None
+    mfu_percent: float | None = None        # as the simulator reports it (the harness recomputes it per record)
+    iteration_s: float | None = None
+    memory_gib: float | None = None         # peak reserved memory, largest over simulated ranks
+    cost_source: str = "unknown"            # profile | cross-gpu | roofline | measured | recorded | a mix
+    cost_sources: dict[str, float] = field(default_factory=dict)   # share of kernel time per cost source
+    trace: str | None = None
+    mode: str = "live"                      # live | replay
+    wall_s: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+Runner = Callable[[Case, Path], SimResult]
+
+
+# ------------------------------------------------------------------------------------------------ cost sources
+def source_name(value: int) -> str:
+    """'profile', 'cross-gpu', 'roofline', ... for a CostSource value."""
+    try:
+        return CostSource(value).name.lower().replace("_", "-")
+    except ValueError:
+        return f"source-{value}"
+
+
+def cost_label(shares: dict[str, float]) -> str:
+    """One cost source when it dominates kernel time, else the mix ('profile 70% / roofline 30%')."""
+    if not shares:
+        return "unknown"
+    items = sorted(shares.items(), key=lambda kv: -kv[1])
+    if items[0][1] >= DOMINANT:
+        return items[0][0]
+    return " / ".join(f"{k} {100 * v:.0f}%" for k, v in items if v >= 0.01)
+
+
+def trace_cost_sources(trace: str | Path) -> dict[str, float]:
+    """Share of simulated kernel time per cost source, over all ranks of a trace."""
+    import numpy as np
+
+    from phantora.trace.reader import TraceReader
+
+    totals: dict[int, float] = {}
+    with TraceReader(trace) as reader:
+        for r in reader.ranks:
+            ops = reader.ops(r)
+            kern = ops[ops["kind"] == int(OpKind.KERNEL)]
+            if not len(kern):
+                continue
+            sums = np.bincount(kern["source"].astype(np.int64), weights=kern["duration"].astype(np.float64))
+            for src, t in enumerate(sums):
+                if t > 0:
+                    totals[src] = totals.get(src, 0.0) + float(t)
+    whole = sum(totals.values())
+    return {source_name(k): v / whole for k, v in sorted(totals.items())} if whole > 0 else {}
+
+
+# ------------------------------------------------------------------------------------------------ summaries
+def parse_summary(summary: dict[str, Any], case: Case) -> SimResult:
+    """A `SimResult` from the summary JSON of `phantora run` (phantora/live/summary.py `RunSummary.as_dict`).
+
+    Throughput missing from the summary is derived from the iteration time and the record's tokens per step.
+    """
+    rec = case.record
+    res = SimResult(oom=bool(summary.get("oom", False)))
+    it = summary.get("iteration_s")
+    res.iteration_s = float(it) if isinstance(it, (int, float)) and it > 0 else None
+    tps = summary.get("tokens_per_s_per_gpu")
+    if isinstance(tps, (int, float)) and tps > 0:
+        res.tokens_per_s_per_gpu = float(tps)
+    elif res.iteration_s:
+        res.tokens_per_s_per_gpu = rec.workload.tokens_per_step / res.iteration_s / rec.hardware.gpus
+    mfu = summary.get("mfu")
+    if isinstance(mfu, (int, float)):
+        res.mfu_percent = 100.0 * float(mfu)
+    peak = summary.get("max_peak_memory_bytes")
+    if not isinstance(peak, (int, float)) or peak <= 0:
+        per_rank = summary.get("peak_memory_bytes") or {}
+        values = list(per_rank.values()) if isinstance(per_rank, dict) else list(per_rank)
+        peak = max((v for v in values if isinstance(v, (int, float))), default=None)
+    if isinstance(peak, (int, float)) and peak > 0:
+        res.memory_gib = float(peak) / GIB
+    shares = summary.get("cost_sources")
+    if isinstance(shares, dict) and shares:
+        res.cost_sources = {str(k): float(v) for k, v in shares.items()}
+        res.cost_source = cost_label(res.cost_sources)
+    if isinstance(summary.get("trace"), str):
+        res.trace = summary["trace"]
+    wall = summary.get("wall_s")
+    if isinstance(wall, (int, float)):
+        res.wall_s = float(wall)
+    return res
+
+
+def _attach_sources(res: SimResult, trace: Path) -> None:
+    if res.cost_sources or not trace.exists():
+        return
+    try:
+        res.cost_sources = trace_cost_sources(trace)
+    except PhantoraError:
+        return
+    res.cost_source = cost_label(res.cost_sources)
+
+
+# ------------------------------------------------------------------------------------------------ live runs
+def phantora_executable() -> list[str]:
+    """The `phantora` command of this installation (beside the running Python, else on PATH)."""
+    beside = Path(sys.executable).with_name("phantora")
+    if beside.exists():
+        return [str(beside)]
+    found = shutil.which("phantora")
+    if found:
+        return [found]
+    return [sys.executable, "-c", "import sys; from phantora.cli import main; sys.exit(main())"]
+
+
+class LiveRunner:
+    """Runs a case under `phantora run` with representative ranks and parses its summary JSON."""
+
+    def __init__(self, phantora: list[str] | None = None, *, ranks: str = "auto", timeout_s: float | None = None):
+        self.phantora = phantora or phantora_executable()
+        self.ranks = ranks
+        self.timeout_s = timeout_s
+
+    def command(self, case: Case, trace: Path, summary: Path) -> list[str]:
+        rec = case.record
+        return [*self.phantora, "run", "--cluster", case.cluster, "--nodes", str(case.nodes), "--ranks", self.ranks,
+                "--trace", str(trace), "--summary-json", str(summary),
+                "--tokens-per-iteration", str(rec.workload.tokens_per_step), "--model", rec.workload.model,
+                "--seq", str(rec.workload.seq_len), "--", *case.command]
+
+    def __call__(self, case: Case, workdir: Path) -> SimResult:
+        if not case.runnable:
+            raise CaseFailed(case.unsupported or "the case has no workload command")
+        workdir.mkdir(parents=True, exist_ok=True)
+        trace, summary, log = workdir / "trace.h5", workdir / "summary.json", workdir / "run.log"
+        summary.unlink(missing_ok=True)
+        cmd = self.command(case, trace, summary)
+        t0 = time.perf_counter()
+        with open(log, "w") as out:
+            try:
+                proc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, timeout=self.timeout_s,
+                                      env=dict(os.environ), cwd=workdir)
+            except subprocess.TimeoutExpired:
+                raise CaseFailed(f"the simulation ran past {self.timeout_s:g} s (log: {log})") from None
+            except OSError as exc:
+                raise CaseFailed(f"cannot start {cmd[0]}: {exc}") from None
+        wall = time.perf_counter() - t0
+        if not summary.exists():
+            tail = log.read_text(errors="replace").strip().splitlines()[-5:]
+            raise CaseFailed(f"`phantora run` exited with status {proc.returncode} and no summary; last lines of "
+                             f"{log}: " + " | ".join(tail))
+        try:
+            data = json.loads(summary.read_text())
+        except json.JSONDecodeError as exc:
+            raise CaseFailed(f"{summary} is not JSON: {exc}") from None
+        if data.get("error") and not data.get("oom"):
+            raise CaseFailed(f"`phantora run` failed (status {proc.returncode}): {data['error']} (log: {log})")
+        res = parse_summary(data, case)
+        if not res.oom and res.iteration_s is None:
+            raise CaseFailed(f"`phantora run` (status {proc.returncode}) measured no iteration time: fewer than two "
+                             f"iteration marks (log: {log})")
+        res.mode, res.wall_s, res.trace = "live", wall, str(trace) if trace.exists() else None
+        _attach_sources(res, trace)
+        return res
+
+
+# ------------------------------------------------------------------------------------------------ cache
+def case_key(case: Case) -> dict[str, Any]:
+    """What a cached trace was made from: a different key means the trace no longer reproduces the case."""
+    table = case.record.to_table()
+    return {"cluster": case.cluster, "nodes": case.nodes, "command": case.command,
+            "hardware": table["hardware"], "workload": table["workload"]}
+
+
+class CachedRunner:
+    """Live-runs a case once into `cache/<suite>/<id>/` (trace.h5, summary.json, case.json); replays it afterwards."""
+
+    def __init__(self, cache_dir: str | Path, live: Runner | None = None, *, rerun: bool = False):
+        self.cache_dir = Path(cache_dir)
+        self.live = live or LiveRunner()
+        self.rerun = rerun
+
+    def folder(self, case: Case) -> Path:
+        return self.cache_dir / case.suite / case.id
+
+    def cached(self, case: Case) -> bool:
+        d = self.folder(case)
+        try:
+            key = json.loads((d / "case.json").read_text())
+        except (OSError, json.JSONDecodeError):
+            return False
+        return key == json.loads(json.dumps(case_key(case))) and (d / "trace.h5").exists() and \
+            (d / "summary.json").exists()
+
+    def __call__(self, case: Case, workdir: Path | None = None) -> SimResult:
+        d = self.folder(case)
+        if not self.rerun and self.cached(case):
+            return self.replay(case)
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "case.json").unlink(missing_ok=True)
+        res = self.live(case, d)
+        (d / "case.json").write_text(json.dumps(case_key(case), indent=1))
+        return res
+
+    def replay(self, case: Case) -> SimResult:
+        from phantora.replay import replay
+
+        d = self.folder(case)
+        trace = d / "trace.h5"
+        base = parse_summary(json.loads((d / "summary.json").read_text()), case)
+        base.mode, base.trace = "replay", str(trace)
+        _attach_sources(base, trace)
+        if base.oom:
+            return base
+        t0 = time.perf_counter()
+        rr = replay(trace, cluster=case.cluster, nodes=case.nodes)
+        base.wall_s = time.perf_counter() - t0
+        rec = case.record
+        it = rr.iteration_s
+        if it == it and it > 0:      # not NaN
+            base.iteration_s = it
+            base.tokens_per_s_per_gpu = rec.workload.tokens_per_step / it / rec.hardware.gpus
+            base.mfu_percent = 100.0 * rr.mfu if rr.mfu is not None else None
+        else:
+            raise CaseFailed(f"replaying {trace} gave no iteration time (fewer than two iteration marks)")
+        if rr.ooms:
+            base.oom = True
+        return base
