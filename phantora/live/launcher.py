@@ -235,7 +235,8 @@ def run_live(opts: RunOptions, progress: Callable[[str], None] | None = None) ->
     server.finish(error=error)
     summary = summarize_run(server.engine, server.trace_path, tokens_per_iteration=opts.tokens_per_iteration,
                             flops_per_token=opts.flops_per_token, wall_s=time.monotonic() - t0,
-                            keep_trace=opts.trace is not None, oom_messages=oom_messages)
+                            keep_trace=opts.trace is not None, oom_messages=oom_messages,
+                            wall_marks_s=server.wall_marks)
     server.discard_trace()
     if error:
         if interrupted:

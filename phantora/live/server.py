@@ -84,6 +84,7 @@ class EngineServer:
         self._replies: list[tuple[LiveRank, tuple]] = []
         self._exchanges: dict[tuple[int, int], dict[int, tuple[str, Any]]] = {}
         self._marks = 0
+        self.wall_marks: list[float] = []
         self._last_flush = time.monotonic()
         self.messages = 0
 
@@ -230,6 +231,9 @@ class EngineServer:
         self._check_progress()
         marks = sum(len(rs.iterations) for rs in self.engine.ranks.values())
         now = time.monotonic()
+        done = min((len(rs.iterations) for rs in self.engine.ranks.values()), default=0)
+        while len(self.wall_marks) < done:
+            self.wall_marks.append(now)        # wall time at which every rank had reached this iteration mark
         if marks != self._marks or now - self._last_flush > FLUSH_EVERY_S:
             self._marks = marks
             self._last_flush = now

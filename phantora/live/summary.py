@@ -9,7 +9,9 @@ between consecutive ends, so the first (set-up) span never counts. Figures:
   the model (`--model`: TorchTitan's FLOPs per token);
 - `peak_memory_bytes`: per simulated rank, the caching allocator's peak reserved and allocated bytes;
 - compute / communication / exposed communication seconds per iteration, averaged over simulated ranks
-  (phantora/trace/summary.py defines them).
+  (phantora/trace/summary.py defines them);
+- the cost of the simulation itself: wall seconds per iteration (between the moments the engine received the
+  iteration marks of the slowest rank) and the peak RSS of the rank processes and of the engine.
 """
 
 from __future__ import annotations
@@ -45,6 +47,9 @@ class RunSummary:
     oom_messages: list[str] = field(default_factory=list)
     ops: int = 0
     wall_s: float = 0.0
+    wall_per_iteration_s: float | None = None         # wall-clock seconds the simulation took per iteration
+    rank_peak_rss_bytes: int | None = None            # largest peak RSS of a rank process
+    engine_peak_rss_bytes: int | None = None          # peak RSS of the engine (launcher) process
     trace: str | None = None
 
     @property
@@ -112,6 +117,13 @@ class RunSummary:
                          f"({per} GiB)")
         if self.oom:
             lines.append("  OUT OF MEMORY    " + "; ".join(self.oom_messages[:3]))
+        if self.wall_per_iteration_s is not None:
+            rss = ""
+            if self.rank_peak_rss_bytes:
+                rss = f", peak RSS {self.rank_peak_rss_bytes / 2**30:.2f} GiB per rank process"
+            if self.engine_peak_rss_bytes:
+                rss += f", {self.engine_peak_rss_bytes / 2**30:.2f} GiB engine"
+            lines.append(f"  simulation       {self.wall_per_iteration_s:.2f} s wall per iteration{rss}")
         if self.trace:
             lines.append(f"  trace            {self.trace}")
         return "\n".join(lines)
@@ -123,7 +135,7 @@ def _ranks(ranks: list[int]) -> str:
 
 def summarize_run(engine, trace_path: str | None, *, tokens_per_iteration: float | None = None,
                   flops_per_token: float | None = None, wall_s: float = 0.0, keep_trace: bool = True,
-                  oom_messages: list[str] = ()) -> RunSummary:
+                  oom_messages: list[str] = (), wall_marks_s: list[float] | None = None) -> RunSummary:
     """The summary of a finished (or stopped) live run from its engine and its closed trace."""
     spec = engine.spec
     gpu = spec.gpu_spec()
@@ -135,6 +147,12 @@ def summarize_run(engine, trace_path: str | None, *, tokens_per_iteration: float
                    vram_bytes=engine.ranks[min(engine.ranks)].allocator.capacity, peak_flops=gpu.peak_flops("bf16"),
                    tokens_per_iteration=tokens_per_iteration, flops_per_token=flops_per_token, wall_s=wall_s,
                    trace=trace_path if keep_trace else None)
+    import resource
+    s.rank_peak_rss_bytes = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
+    s.engine_peak_rss_bytes = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    wall_marks = [m for m in wall_marks_s if m is not None] if wall_marks_s else []
+    if len(wall_marks) >= 2:
+        s.wall_per_iteration_s = (wall_marks[-1] - wall_marks[0]) / (len(wall_marks) - 1)
     msgs = list(oom_messages) + [f"rank {r}: {e}" for r, _, e in engine.ooms]
     s.oom, s.oom_messages = bool(msgs), msgs
     if trace_path is not None:
