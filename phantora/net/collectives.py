@@ -251,10 +251,15 @@ class CollectivePlanner:
         if op == "send_recv":
             comm = self.comm_shape(ranks)
             hw = comm.intra_hw if comm.n_nodes == 1 else "net"
-            lat = (nccl.BASE_LAT["ring"]["Simple"] + nccl.HW_LAT[hw]["ring"]["Simple"]) * 1e-6
+            lat_us = nccl.BASE_LAT["ring"]["Simple"] + nccl.HW_LAT[hw]["ring"]["Simple"]
+            eff = 1.0
+            cal = nccl.calibration(comm)
+            if cal is not None:
+                lat_us, eff = cal.latency(op, lat_us), cal.efficiency(op, "Simple", eff)
+            lat = lat_us * 1e-6
             src = np.array([ranks[0]]); dst = np.array([ranks[1]])
-            return Plan(op, "p2p", "Simple", size, lat, src, dst, np.array([float(size)]), np.zeros(1, dtype=np.int64),
-                        lat + size / self.raw_algbw("broadcast", "ring", ranks, 0))
+            return Plan(op, "p2p", "Simple", size, lat, src, dst, np.array([size / eff]), np.zeros(1, dtype=np.int64),
+                        lat + size / (self.raw_algbw("broadcast", "ring", ranks, 0) * eff))
         if n == 1:
             return Plan(op, "none", "none", size, 0.0, *(np.zeros(0, dtype=np.int64),) * 2, np.zeros(0),
                         np.zeros(0, dtype=np.int64), 0.0)
@@ -264,5 +269,11 @@ class CollectivePlanner:
             raise ValueError(f"no enabled algorithm/protocol for {op} (algo={algo}, proto={proto})")
         pred, a, p, eff, lat = min(options, key=lambda c: c[0])
         coll = "all_reduce" if op == "barrier" else op
+        cal = nccl.calibration(self.comm_shape(ranks))
+        if cal is not None:
+            # NCCL chose by its own model; the time of its choice follows the measurements
+            lat = cal.latency(coll, lat * 1e6) * 1e-6
+            eff = cal.efficiency(coll, p, eff)
+            pred = lat + size / (self.raw_algbw(coll, a, ranks, root) * eff)
         src, dst, frac, chan = self.pattern(coll, a, ranks, root)
         return Plan(op, a, p, size, lat, src, dst, frac * (size / eff), chan, pred)

@@ -5,12 +5,16 @@ latencies, LL/LL128/tree bandwidth caps per architecture) and `src/graph/topo.h`
 their sources. NCCL predicts `time = latency + bytes / algbw` for each (algorithm, protocol) pair and runs the fastest.
 Phantora keeps NCCL's latency terms and protocol factors, but takes the raw bandwidth from the flow simulation of
 the collective on the cluster topology, so contention and oversubscription are seen.
+
+Where collectives were measured (groundtruth/nccl/), a `Calibration` corrects the time of the (algorithm, protocol)
+pair NCCL picks: a measured per-call latency and the measured fraction of the link bandwidth that Simple rings and
+p2p transfers reach. NCCL's own model still makes the choice, as it does on the real system.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 ALGOS = ("tree", "ring")
 PROTOS = ("LL", "LL128", "Simple")
@@ -110,13 +114,13 @@ def protocol_efficiency(coll: str, algo: str, proto: str, comm: CommShape, raw_b
     if algo == "ring":
         if proto == "Simple":
             return 1.0
+        # NCCL 2.2x ("Various model refinements" in tuning.cc), as logged by NCCL 2.28.9 on the measured H200 pair:
+        # LL gets half the bus bandwidth up to llMaxBw, LL128 0.92 (120/128) up to its per-channel cap
         if proto == "LL":
-            f = 0.25 if (comm.n_nodes > 1 or coll in ("all_reduce", "reduce")) else 1.0 / 3.0
-            return min(raw_busbw * f, LL_MAX_BW[comm.arch][s]) / raw_busbw
+            return min(raw_busbw * 0.5, LL_MAX_BW[comm.arch][s]) / raw_busbw
         if not comm.ll128:
             return 0.0
-        f = 0.7 if comm.ppn < 2 else 0.92
-        return min(raw_busbw * f, nch * PER_CH_MAX_RING_LL128[comm.arch][s]) / raw_busbw
+        return min(raw_busbw * 0.92, nch * PER_CH_MAX_RING_LL128[comm.arch][s]) / raw_busbw
     # tree (all_reduce only)
     bw = min(raw_busbw * 0.92, nch * PER_CH_MAX_TREE[comm.arch][s])
     if proto == "LL":
@@ -132,3 +136,52 @@ def tree_correction(proto: str, nbytes: float) -> float:
     log_size = int(math.log2(max(nbytes, 64) / 64))
     table = TREE_CORRECTION[proto]
     return table[log_size] if log_size < len(table) else 1.0
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Measured corrections to NCCL's model for one kind of communicator.
+
+    `latency_us[op]` is the measured per-call latency (the intercept of time against size); it replaces NCCL's
+    latency term where it is larger. `bw_fraction[op]` is the measured fraction of the topology's link bandwidth
+    that the op reaches with the Simple protocol (p2p transfers always use Simple); the other protocols keep NCCL's
+    factors. Ops are the collective names of collectives.COLLECTIVES (barrier is timed as all_reduce).
+    """
+    source: str
+    latency_us: dict[str, float] = field(default_factory=dict)
+    bw_fraction: dict[str, float] = field(default_factory=dict)
+
+    def latency(self, op: str, nccl_latency_us: float) -> float:
+        """Latency in microseconds of one call: NCCL's term, raised to the measured per-call latency."""
+        return max(nccl_latency_us, self.latency_us.get(op, 0.0))
+
+    def efficiency(self, op: str, proto: str, nccl_efficiency: float) -> float:
+        """Fraction of the raw link bandwidth the op gets with this protocol."""
+        if proto == "Simple" and op in self.bw_fraction:
+            return self.bw_fraction[op]
+        return nccl_efficiency
+
+
+# Fitted to groundtruth/nccl/h200x2 (2 x H200 SXM on NVLink4, NV18, NCCL 2.28.9 through torch 2.11, NVLS off), over
+# the sizes above 1 MiB; docs/network-model.md gives the fit and its errors per op. The link bandwidth itself is
+# NCCL's topo.h figure (18 x 20.6 GB/s = 370.8 GB/s), which send/recv reaches at 1 GiB (370.7 GB/s measured); the
+# collectives reach less: all_reduce and all_to_all 85%, all_gather and reduce_scatter 70.5% of it. Every call costs at
+# least about 20 us on that system, also inside CUDA graphs, against NCCL's 11.8-15.2 us for 2 ranks.
+H200_NVLINK_2_RANKS = Calibration(
+    source="groundtruth/nccl/h200x2",
+    latency_us={"all_reduce": 22.5, "all_gather": 22.5, "reduce_scatter": 22.5, "all_to_all": 20.5,
+                "send_recv": 18.0},
+    bw_fraction={"all_reduce": 0.85, "all_gather": 0.705, "reduce_scatter": 0.705, "all_to_all": 0.845,
+                 "send_recv": 1.0},
+)
+
+# (arch, intra-node hardware, nodes, ranks) -> calibration measured on such a communicator. NVLink4 (18 links of
+# 20.6 GB/s) is the same on H100 and H200 SXM, so the Hopper entry covers both.
+CALIBRATIONS: dict[tuple[str, str, int, int], Calibration] = {
+    ("hopper", "nvlink", 1, 2): H200_NVLINK_2_RANKS,
+}
+
+
+def calibration(comm: CommShape) -> Calibration | None:
+    """The measured calibration for a communicator of this shape, or None (NCCL's model alone)."""
+    return CALIBRATIONS.get((comm.arch, comm.intra_hw, comm.n_nodes, comm.n_ranks))
