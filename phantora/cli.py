@@ -113,6 +113,7 @@ def presets_cmd(as_json):
       phantora presets
     """
     from .cluster import list_clusters, load_cluster
+    from .frameworks import format_table, framework_table
     from .gpus import list_gpus, load_gpu
 
     gpus = [load_gpu(n) for n in list_gpus()]
@@ -130,7 +131,8 @@ def presets_cmd(as_json):
                           "intra": c.intra.kind, "nics_per_node": c.net.nics_per_node,
                           "inter_node_gbps": c.net.inter_node_gbps} for c in clusters],
             "models": [{"name": m.name, "params": m.num_params()} for m in models],
-        }, indent=1))
+            "frameworks": [r.__dict__ for r in framework_table()],
+        }, indent=1, default=str))
         return
     click.echo("GPUs")
     click.echo(f"  {'name':<18} {'device name':<28} {'bf16 TFLOP/s':>12} {'HBM GB/s':>9} {'memory GiB':>10}")
@@ -147,6 +149,7 @@ def presets_cmd(as_json):
         click.echo("\nModels")
         for m in models:
             click.echo(f"  {m.name:<18} {m.num_params() / 1e9:>8.2f} B params")
+    click.echo("\nFrameworks (model x framework)\n" + format_table(framework_table()))
 
 
 # --------------------------------------------------------------------------------------------------------- replay
@@ -311,10 +314,12 @@ def export_cmd(trace, out):
 
 # ------------------------------------------------------------------------------------------------------- run, groundtruth
 def _register() -> None:
+    from .assets import assets_cmd
     from .groundtruth.commands import groundtruth as groundtruth_group
     from .live.command import run_cmd
     main.add_command(run_cmd)
     main.add_command(groundtruth_group)
+    main.add_command(assets_cmd)
 
 
 _register()

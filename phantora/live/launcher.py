@@ -260,10 +260,11 @@ def _check_processes(server: EngineServer, procs: dict[int, _Proc], hang_s: floa
             server.step(0.05)
             if not server.ranks[r].finished:
                 return f"rank {r} exited (code 0) before its program finished", r
-    waiting = [lr for lr in server.ranks.values() if lr.awaiting is not None or lr.exchange is not None]
+    waiting = [lr for lr in server.ranks.values() if lr.awaiting is not None or lr.exchange is not None
+               or lr.take is not None]
     if waiting:
         for r, lr in server.ranks.items():
-            if lr.finished or lr.awaiting is not None or lr.exchange is not None:
+            if lr.finished or lr.awaiting is not None or lr.exchange is not None or lr.take is not None:
                 continue
             if now - lr.last_message > hang_s:
                 return (f"rank {r} made no progress for {hang_s:.0f} s while rank(s) "

@@ -45,6 +45,10 @@ class LiveRank:
     awaiting: int | None = None                    # index of the blocking op the rank waits on
     event_queries: list[int] = field(default_factory=list)
     exchange: tuple | None = None                  # (gid, seq) the rank waits on
+    take: tuple | None = None                      # key of point-to-point objects the rank waits for
+    sync_time: float | None = None                 # its blocking op completed at this time; the value is pending
+    value: Any = None
+    has_value: bool = False
     sig_map: list[int] = field(default_factory=list)
     colls: dict[int, int] = field(default_factory=dict)   # collectives issued per group
     finished: bool = False                         # said "bye"
@@ -83,6 +87,7 @@ class EngineServer:
         self._accept_thread.start()
         self._replies: list[tuple[LiveRank, tuple]] = []
         self._exchanges: dict[tuple[int, int], dict[int, tuple[str, Any]]] = {}
+        self._puts: dict[tuple, Any] = {}
         self._marks = 0
         self.wall_marks: list[float] = []
         self._last_flush = time.monotonic()
@@ -173,8 +178,18 @@ class EngineServer:
         elif tag == "exchange":
             _, rows, sigs, gid, seq, kind, payload = msg
             self._feed(lr, rows, sigs)
+            lr.awaiting = lr.fed - 1             # the last row: the host waits for the collective's completion
             self._exchanges.setdefault((gid, seq), {})[lr.rank] = (kind, payload)
             lr.exchange = (gid, seq)
+        elif tag == "put":
+            _, rows, sigs, key, payload = msg
+            self._feed(lr, rows, sigs)
+            self._puts[tuple(key)] = payload
+        elif tag == "take":
+            _, rows, sigs, key = msg
+            self._feed(lr, rows, sigs)
+            lr.awaiting = lr.fed - 1
+            lr.take = tuple(key)
         elif tag == "bye":
             lr.finished = True
             self.engine.close(lr.rank)
@@ -216,7 +231,10 @@ class EngineServer:
         lr = self.ranks.get(rank)
         if lr is not None and lr.awaiting == index:
             lr.awaiting = None
-            self._replies.append((lr, ("time", t)))
+            if lr.exchange is not None or lr.take is not None or lr.has_value:
+                lr.sync_time = t                 # answered with the value (_deliver_values)
+            else:
+                self._replies.append((lr, ("time", t)))
 
     def _simulate(self) -> None:
         try:
@@ -225,6 +243,8 @@ class EngineServer:
             raise LiveRunError(str(exc)) from None
         self._answer_events()
         self._answer_exchanges()
+        self._answer_takes()
+        self._deliver_values()
         replies, self._replies = self._replies, []
         for lr, msg in replies:
             self._send(lr, msg)
@@ -274,37 +294,77 @@ class EngineServer:
                 raise LiveRunError(f"collective #{seq + 1} on group {gid} ({g.name}): ranks combine values "
                                    f"differently ({', '.join(sorted(kinds))})")
             kind = kinds.pop()
-            first = got[min(got)][1]
             payloads = []
             for member in g.ranks:
-                if member in got:
-                    payloads.append(got[member][1])
-                elif self.rank_map[member] in got:
-                    payloads.append(got[self.rank_map[member]][1])
-                else:
-                    payloads.append(first)
+                # a member that sent nothing had no known value; a mirrored member has its representative's
+                src = member if member in self.ranks else self.rank_map[member]
+                payloads.append(got[src][1] if src in got else None)
             try:
                 result = combine(kind, payloads)
             except Exception as exc:  # noqa: BLE001 - values of another shape: report, do not crash the server
                 raise LiveRunError(f"collective #{seq + 1} on group {gid} ({g.name}): cannot combine the ranks' "
                                    f"values ({exc})") from None
             for r in got:
-                self.ranks[r].exchange = None
-                self._replies.append((self.ranks[r], ("value", result)))
+                lr = self.ranks[r]
+                lr.exchange, lr.value, lr.has_value = None, result, True
+
+    def _answer_takes(self) -> None:
+        for lr in self.ranks.values():
+            if lr.take is None:
+                continue
+            gid, src, dst, n = lr.take
+            key = lr.take
+            if src not in self.ranks:
+                # the sender is mirrored: take what its representative sent to the rank at the same offset
+                rep = self.rank_map[src]
+                key = (gid, rep, dst - (src - rep), n)
+            if key in self._puts:
+                lr.take, lr.value, lr.has_value = None, self._puts.pop(key), True
+
+    def _deliver_values(self) -> None:
+        for lr in self.ranks.values():
+            if lr.has_value and lr.sync_time is not None:
+                self._replies.append((lr, ("value", (lr.sync_time, lr.value))))
+                lr.has_value, lr.value, lr.sync_time = False, None, None
 
     def _check_progress(self) -> None:
         """Every rank still running waits on the engine and the engine can do nothing more: a deadlock."""
         live = [lr for lr in self.ranks.values() if not lr.finished and not lr.disconnected]
         if not live or self.connected < len(self.ranks):
             return
-        if all(lr.awaiting is not None or lr.exchange is not None for lr in live):
+        if all(lr.awaiting is not None or lr.exchange is not None or lr.take is not None or lr.has_value
+               for lr in live):
             raise LiveRunError(self.stuck_report())
 
     def stuck_report(self) -> str:
         report = getattr(self.engine, "_deadlock_report", None)
         text = report() if report else "the simulated program is stuck"
+        for r, rs in sorted(self.engine.ranks.items()):
+            for sid, st in sorted(getattr(rs, "streams", {}).items()):
+                if st.blocked or st.pending:
+                    head = st.pending[0][1] if st.pending else None
+                    text += f"\n  rank {r} stream {sid}: {'blocked' if st.blocked else 'waiting'}" + \
+                            (f", {len(st.pending)} queued (next: {head!r})" if head is not None else "")
+            # stream waits on events whose record is queued: which stream waits for which
+            where = {}
+            for sid, st in rs.streams.items():
+                for item in st.pending:
+                    if item[1].kind == OpKind.EVENT_RECORD and item[3] is not None:
+                        where[id(item[3])] = (sid, item[1].arg)
+            for ev in {id(e): e for e in rs.events.values()}.values():
+                pass
+            for sid, st in sorted(rs.streams.items()):
+                for item in st.pending:
+                    ev = item[3]
+                    if item[1].kind == OpKind.EVENT_RECORD and ev is not None:
+                        for _, wst, witem in getattr(ev, "waiters", ()):
+                            text += f"\n  rank {r} stream {wst.sid} waits for event {item[1].arg}, " \
+                                    f"recorded on stream {sid} behind {len(st.pending)} queued op(s)"
         for lr in self.ranks.values():
-            if lr.exchange is not None:
+            if lr.take is not None:
+                text += f"\n  rank {lr.rank} waits for objects from rank {lr.take[1]} (recv_object_list #" \
+                        f"{lr.take[3] + 1})"
+            elif lr.exchange is not None:
                 text += f"\n  rank {lr.rank} waits for the values of collective #{lr.exchange[1] + 1} on group " \
                         f"{lr.exchange[0]}"
             elif lr.finished:

@@ -13,6 +13,10 @@ rank -> server
                                                  ops up to a collective, and its real values (sent together, so
                                                  a member whose collective arrived without values sent none);
                                                  answered ("value", result)
+    ("put", rows, sigs, key, payload)            ops, then the objects of a point-to-point object send
+                                                 (key = (gid, src, dst, n)); not answered
+    ("take", rows, sigs, key)                    ops, then a wait for the objects posted under key; answered
+                                                 ("value", objects)
     ("bye",)                                     the rank's program has ended
 server -> rank
     ("time", t), ("value", v), ("error", message)

@@ -37,6 +37,9 @@ class CpuMeter:
 
     def __init__(self) -> None:
         self._local = threading.local()
+        self.entry_cost = 0.0
+        """Seconds subtracted from every gap between two entries: the cost of reaching the stubs themselves (a
+        Python dispatch mode's entry and exit), which a real run does not pay (see `interceptor.calibrate_entry_cost`)."""
 
     def _loc(self):
         loc = self._local
@@ -52,8 +55,10 @@ class CpuMeter:
         if loc.depth > 1:
             return
         now = _real_thread_time()
-        if loc.last is not None and now > loc.last:
-            loc.pending += now - loc.last
+        if loc.last is not None:
+            gap = now - loc.last - self.entry_cost
+            if gap > 0:
+                loc.pending += gap
         loc.last = now
 
     def claim(self) -> float:

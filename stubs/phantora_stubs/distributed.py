@@ -214,7 +214,7 @@ class PhantoraProcessGroup(dist.ProcessGroup):
     # -- collectives ---------------------------------------------------------------------------------------------------
     def allreduce(self, tensors, opts=None):
         work = self._collective("all_reduce", _nbytes(tensors), result=list(_flat(tensors)))
-        exchange.all_reduce(self._info.gid, list(_flat(tensors)), opts)
+        exchange.all_reduce(self._info.gid, list(_flat(tensors)), opts, work._event)
         return work
 
     def allreduce_coalesced(self, tensors, opts=None):
@@ -224,7 +224,7 @@ class PhantoraProcessGroup(dist.ProcessGroup):
         _forget(output_tensors)
         work = self._collective("all_gather", _nbytes(input_tensors), result=output_tensors)
         if len(input_tensors) == 1 and len(output_tensors) == 1:
-            exchange.all_gather(self._info.gid, list(output_tensors[0]), list(input_tensors))
+            exchange.all_gather(self._info.gid, list(output_tensors[0]), list(input_tensors), work._event)
         return work
 
     def allgather_coalesced(self, output_lists, input_list, opts=None):
@@ -233,7 +233,7 @@ class PhantoraProcessGroup(dist.ProcessGroup):
     def all_gather_single(self, output, input, opts=None):
         _forget(output)
         work = self._collective("all_gather", _nbytes(input), result=[output])
-        exchange.all_gather_into(self._info.gid, output, input)
+        exchange.all_gather_into(self._info.gid, output, input, work._event)
         return work
 
     _allgather_base = all_gather_single
@@ -267,7 +267,7 @@ class PhantoraProcessGroup(dist.ProcessGroup):
     def broadcast(self, tensors, opts=None):
         root = int(getattr(opts, "rootRank", 0)) if opts is not None else 0
         work = self._collective("broadcast", _nbytes(tensors), root=root, result=list(_flat(tensors)))
-        exchange.broadcast(self._info.gid, list(_flat(tensors)), root)
+        exchange.broadcast(self._info.gid, list(_flat(tensors)), root, self._rank, work._event)
         return work
 
     def reduce(self, tensors, opts=None):
@@ -563,7 +563,8 @@ def _pickled_size(obj: Any) -> int:
 
 def _object_collective(group: Any, name: str, sizes_bytes: int, root: int, swap: Any) -> Any:
     """Sizes, then the objects' values (exchanged through the runtime), then the payload, blocking the host as
-    torch's object collectives do. `swap(gid)` exchanges the values and returns (result, payload bytes)."""
+    torch's object collectives do. `swap(gid, event)` exchanges the values once the sizes' collective (`event`) has
+    completed and returns (result, payload bytes)."""
     c10d = dist.distributed_c10d
     pg = group if group is not None else c10d._get_default_group()
     if not isinstance(pg, PhantoraProcessGroup):
@@ -573,7 +574,7 @@ def _object_collective(group: Any, name: str, sizes_bytes: int, root: int, swap:
     try:
         e = comm.launch(ctx, OpKind.COLLECTIVE, name, pg.info, sizes_bytes, root)
         comm.join(ctx, e)
-        result, data_bytes = swap(pg.info.gid)
+        result, data_bytes = swap(pg.info.gid, e)
         e = comm.launch(ctx, OpKind.COLLECTIVE, name, pg.info, data_bytes, root)
         comm.join(ctx, e)
         ctx.runtime.wait(Op(OpKind.SYNC_STREAM, stream=ctx.dev.stream(), cpu_delta=METER.claim()))
@@ -605,8 +606,8 @@ def broadcast_object_list(object_list, src=None, group=None, device=None, group_
     """Every rank's list receives the root's objects."""
     root = _group_root(group, src, group_src)
 
-    def swap(gid):
-        objs = exchange.objects_broadcast(gid, list(object_list), root)
+    def swap(gid, event):
+        objs = exchange.objects_broadcast(gid, list(object_list), root, event)
         return objs, sum(_pickled_size(o) for o in objs)
 
     objs = _object_collective(group, "broadcast", 8 * len(object_list), root, swap)
@@ -616,8 +617,8 @@ def broadcast_object_list(object_list, src=None, group=None, device=None, group_
 
 def all_gather_object(object_list, obj, group=None):
     """object_list[i] receives group rank i's object (padded to the largest, as torch sends it)."""
-    def swap(gid):
-        objs = exchange.objects_gather(gid, obj)
+    def swap(gid, event):
+        objs = exchange.objects_gather(gid, obj, event)
         return objs, max(_pickled_size(o) for o in objs)
 
     objs = _object_collective(group, "all_gather", 8, -1, swap)
@@ -629,8 +630,8 @@ def all_gather_object(object_list, obj, group=None):
 def gather_object(obj, object_gather_list=None, dst=None, group=None, group_dst=None):
     root = _group_root(group, dst, group_dst)
 
-    def swap(gid):
-        objs = exchange.objects_gather(gid, obj)
+    def swap(gid, event):
+        objs = exchange.objects_gather(gid, obj, event)
         return objs, max(_pickled_size(o) for o in objs)
 
     objs = _object_collective(group, "all_gather", 8, root, swap)
@@ -643,8 +644,8 @@ def scatter_object_list(scatter_object_output_list, scatter_object_input_list=No
                         group_src=None):
     root = _group_root(group, src, group_src)
 
-    def swap(gid):
-        objs = exchange.objects_broadcast(gid, list(scatter_object_input_list or []), root)
+    def swap(gid, event):
+        objs = exchange.objects_broadcast(gid, list(scatter_object_input_list or []), root, event)
         return objs, max([_pickled_size(o) for o in objs] or [8])
 
     objs = _object_collective(group, "broadcast", 8, root, swap)
@@ -653,28 +654,46 @@ def scatter_object_list(scatter_object_output_list, scatter_object_input_list=No
         scatter_object_output_list[0] = objs[me]
 
 
+_OBJECT_P2P_COUNT: dict[tuple[int, int, int], int] = {}
+
+
 def _object_p2p(kind: OpKind, object_list: list, peer: int, group: Any) -> None:
-    """A size message to or from `peer` (group rank); the objects themselves are not carried (the receiver keeps
-    its list), and their transfer is not costed, since the receiver cannot know its size."""
+    """A point-to-point object message: sizes and payload as two transfers (costed with the sender's pickled size,
+    which the receiver learns from the engine), the objects themselves through the runtime."""
     c10d = dist.distributed_c10d
     pg = group if group is not None else c10d._get_default_group()
     if not isinstance(pg, PhantoraProcessGroup):
         return
     ctx = context.get()
+    info = pg.info
+    me = info.ranks[pg.rank()]
+    other = info.ranks[peer]
+    src, dst = (me, other) if kind == OpKind.SEND else (other, me)
+    n = _OBJECT_P2P_COUNT.get((info.gid, src, dst), 0)
+    _OBJECT_P2P_COUNT[(info.gid, src, dst)] = n + 1
+    key = (info.gid, src, dst, n)
+    name = "send" if kind == OpKind.SEND else "recv"
     METER.enter()
     try:
-        e = comm.launch(ctx, kind, "send" if kind == OpKind.SEND else "recv", pg.info, 8 * len(object_list), peer)
+        e = comm.launch(ctx, kind, name, info, 8 * len(object_list), peer)
         comm.join(ctx, e)
-        ctx.runtime.wait(Op(OpKind.SYNC_STREAM, stream=ctx.dev.stream(), cpu_delta=METER.claim()))
+        sync = Op(OpKind.SYNC_STREAM, stream=ctx.dev.stream(), cpu_delta=METER.claim())
+        if kind == OpKind.SEND:
+            ctx.runtime.put_object(key, list(object_list))
+            ctx.runtime.wait(sync)
+        else:
+            found, objs = ctx.runtime.take_object(key, sync)
+            if found and objs is not None:
+                object_list[:len(objs)] = objs
     finally:
         METER.exit()
 
 
-def send_object_list(object_list, dst=None, group=None, device=None, group_dst=None):
+def send_object_list(object_list, dst=None, group=None, device=None, group_dst=None, **kwargs):
     _object_p2p(OpKind.SEND, object_list, _group_root(group, dst, group_dst), group)
 
 
-def recv_object_list(object_list, src=None, group=None, device=None, group_src=None):
+def recv_object_list(object_list, src=None, group=None, device=None, group_src=None, **kwargs):
     _object_p2p(OpKind.RECV, object_list, _group_root(group, src, group_src), group)
     return -1 if src is None else src
 

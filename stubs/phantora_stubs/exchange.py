@@ -1,8 +1,10 @@
 """Real values through collectives: small tensors whose values are known (phantora_stubs.values) and Python objects.
 
-A collective on small tensors (every tensor at most `values.SMALL_NUMEL` elements) exchanges their values through the
-runtime (`Runtime.exchange`); shapes are the same on every rank of an SPMD program, so every member takes part, and a
-member whose value is unknown sends None, which makes the result unknown (the outputs forget their values). A rank
+A collective on small tensors (every tensor at most `values.SMALL_NUMEL` elements) whose values this rank knows
+exchanges them through the runtime (`Runtime.exchange`), and the host then waits for the collective's completion, as
+reading the result would make it. A member whose value is unknown asks nothing (its result is unknown anyway) and
+counts as unknown for the others, whose results become unknown too (the outputs forget their values); a broadcast
+receiver asks whatever it holds, since the result is the root's. A rank
 simulated alone stands for every member of the group (each mirrors it), so an all-reduce SUM of x gives size × x.
 Ranks mirrored in a live run (`--ranks auto`) contribute the value of the rank they mirror.
 
@@ -16,6 +18,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+from phantora.engine.ops import Op, OpKind
 
 from . import context
 from .clock import METER
@@ -37,11 +41,13 @@ def _payload(tensors: list[torch.Tensor]) -> list | None:
     return out
 
 
-def _exchange(gid: int, kind: str, payload: Any) -> Any:
-    rt = context.get().runtime
+def _exchange(gid: int, kind: str, payload: Any, event: int | None) -> Any:
+    ctx = context.get()
     METER.enter()
     try:
-        return rt.exchange(gid, kind, payload)
+        sync = Op(OpKind.SYNC_EVENT, stream=ctx.dev.stream(), arg=-1 if event is None else int(event),
+                  cpu_delta=METER.claim())
+        return ctx.runtime.exchange(gid, kind, payload, sync)
     finally:
         METER.exit()
 
@@ -67,42 +73,50 @@ def reduce_kind(opts: Any) -> str | None:
     return _REDUCE.get(str(name).upper())
 
 
-def all_reduce(gid: int, tensors: list[torch.Tensor], opts: Any) -> None:
+def all_reduce(gid: int, tensors: list[torch.Tensor], opts: Any, event: int | None) -> None:
     if not _small(tensors):
         return
     kind = reduce_kind(opts)
     payload = _payload(tensors) if kind else None
-    result = _exchange(gid, kind or "sum", payload)
-    _store(tensors, _reduce_lists(kind, result))
+    if payload is None:                  # this member's value is unknown: so is the result; nothing to ask
+        _store(tensors, None)
+        return
+    _store(tensors, _exchange(gid, kind, payload, event))
 
 
-def _reduce_lists(kind: str | None, result: Any) -> list | None:
-    """Turn the combined result (a list of per-member payloads for "gather") into per-tensor arrays."""
-    return None if kind is None else result
-
-
-def broadcast(gid: int, tensors: list[torch.Tensor], root: int) -> None:
+def broadcast(gid: int, tensors: list[torch.Tensor], root: int, me: int, event: int | None) -> None:
     if not _small(tensors):
         return
-    _store(tensors, _exchange(gid, f"broadcast:{root}", _payload(tensors)))
+    payload = _payload(tensors)
+    if me == root and payload is None:
+        return                           # the root's value is unknown: the members learn that without it
+    _store(tensors, _exchange(gid, f"broadcast:{root}", payload, event))
 
 
-def all_gather(gid: int, outputs: list[torch.Tensor], inputs: list[torch.Tensor]) -> None:
+def all_gather(gid: int, outputs: list[torch.Tensor], inputs: list[torch.Tensor], event: int | None) -> None:
     """outputs[i] receives member i's input (list form) — one input tensor."""
     if not _small(inputs) or not _small(outputs):
         return
-    members = _exchange(gid, "gather", _payload(inputs))
+    payload = _payload(inputs)
+    if payload is None:
+        _store(outputs, None)
+        return
+    members = _exchange(gid, "gather", payload, event)
     if any(m is None for m in members):
         _store(outputs, None)
         return
     _store(outputs, [m[0] for m in members])
 
 
-def all_gather_into(gid: int, output: torch.Tensor, input: torch.Tensor) -> None:
+def all_gather_into(gid: int, output: torch.Tensor, input: torch.Tensor, event: int | None) -> None:
     """output = the members' inputs concatenated along dim 0."""
     if not _small([input]) or not _small([output]):
         return
-    members = _exchange(gid, "gather", _payload([input]))
+    payload = _payload([input])
+    if payload is None:
+        _store([output], None)
+        return
+    members = _exchange(gid, "gather", payload, event)
     if any(m is None for m in members):
         _store([output], None)
         return
@@ -110,9 +124,9 @@ def all_gather_into(gid: int, output: torch.Tensor, input: torch.Tensor) -> None
     _store([output], [np.concatenate([np.reshape(m[0], (-1,) + tuple(input.shape[1:])) for m in members])])
 
 
-def objects_gather(gid: int, obj: Any) -> list:
-    return list(_exchange(gid, "gather", obj))
+def objects_gather(gid: int, obj: Any, event: int | None) -> list:
+    return list(_exchange(gid, "gather", obj, event))
 
 
-def objects_broadcast(gid: int, objs: Any, root: int) -> Any:
-    return _exchange(gid, f"broadcast:{root}", objs)
+def objects_broadcast(gid: int, objs: Any, root: int, event: int | None) -> Any:
+    return _exchange(gid, f"broadcast:{root}", objs, event)

@@ -10,11 +10,16 @@ for the rest of the program. Then it applies:
 - `torch.compile` (and `nn.Module.compile`) as identity: compiled runs need their own model of fusion;
 - a `triton` stub package when triton is not installed (see triton_stub.py);
 - `torch.nn.attention.flex_attention._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG = True`, so eager flex attention runs as
-  the `flex_attention` higher-order op the interceptor sees;
+  the `flex_attention` higher-order op the interceptor sees; the eager path's per-call Python (tracing the score and
+  mask functions, which a compiled run does once) is kept out of the framework CPU time;
+- DTensor's sharding propagation (global-shape fake computation done to learn output metadata) runs in the
+  interceptor's shadow mode: no kernel, no memory;
+- the meter's per-op entry cost, calibrated at start-up (`interceptor.calibrate_entry_cost`);
 - `torch.distributed.set_timeout` when torch lacks it (a no-op);
 - `Tensor.tolist()` / `Tensor.numpy()` answering from the value table (values.py), and `UntypedStorage.resize_`
   reporting size changes of fake CUDA storages to the memory tracker;
-- an `OpKind.ITER_MARK` after every optimizer step (a global optimizer step post hook);
+- an `OpKind.ITER_MARK` after every outermost optimizer step (global optimizer step pre/post hooks; an optimizer
+  container stepping inner optimizers marks once);
 - a fork handler: a forked child (DataLoader worker) leaves the fake mode and produces real tensors.
 """
 
@@ -166,8 +171,66 @@ def _install_compile() -> None:
 
 # ---- flex attention, set_timeout -------------------------------------------------------------------------------------
 
+def _unmetered(fn: Any) -> Any:
+    """`fn` with its own Python time excluded from the framework CPU time (the GPU ops it issues still count)."""
+    if getattr(fn, "__phantora_unmetered__", False):
+        return fn
+
+    @functools.wraps(fn)
+    def wrapped(*args, **kwargs):
+        METER.enter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            METER.exit()
+
+    wrapped.__phantora_unmetered__ = True   # type: ignore[attr-defined]
+    return wrapped
+
+
 def patch_flex_attention(module: Any) -> None:
+    """Eager flex attention as the higher-order ops the interceptor sees, without the eager path's Python cost.
+
+    `_FLEX_ATTENTION_DISABLE_COMPILE_DEBUG` makes `flex_attention` call the `flex_attention` higher-order op
+    directly instead of through `torch.compile` (unavailable here). That eager path traces `score_mod` and
+    `mask_mod` into graphs on every call (milliseconds of Python per call, forward and backward), work a compiled
+    run does once: `flex_attention`, `create_block_mask` and the higher-order op's backward are kept out of the
+    framework CPU time. Frameworks that bind them at import (`from ... import flex_attention`) get the wrapped
+    functions, since this runs right after the module is imported.
+    """
     module._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG = True
+    for name in ("flex_attention", "create_block_mask"):
+        fn = getattr(module, name, None)
+        if fn is not None:
+            setattr(module, name, _unmetered(fn))
+    try:
+        from torch._higher_order_ops import flex_attention as hop
+    except ImportError:
+        return
+    op = getattr(hop, "FlexAttentionAutogradOp", None)
+    if op is not None and "backward" in vars(op):
+        op.backward = staticmethod(_unmetered(vars(op)["backward"].__func__
+                                               if isinstance(vars(op)["backward"], staticmethod)
+                                               else vars(op)["backward"]))
+
+
+def patch_sharding_propagation(module: Any) -> None:
+    """DTensor's sharding propagator runs each new op on global-shape fake tensors to learn the output metadata:
+    run that in the interceptor's shadow mode, so it is neither costed as a kernel nor counted as memory."""
+    from .interceptor import shadow
+
+    cls = getattr(module, "ShardingPropagator", None)
+    fn = getattr(cls, "_propagate_tensor_meta_non_cached", None) if cls is not None else None
+    if fn is None or getattr(fn, "__phantora__", False):
+        return
+
+    @functools.wraps(fn)
+    def propagate(self, op_schema):
+        with shadow():
+            return fn(self, op_schema)
+
+    propagate.__phantora__ = True   # type: ignore[attr-defined]
+    cls._propagate_tensor_meta_non_cached = propagate
 
 
 def patch_distributed(module: Any) -> None:
@@ -253,15 +316,27 @@ def _install_foreach_types() -> None:
 # ---- iteration marks -------------------------------------------------------------------------------------------------
 
 def _install_iteration_marks(ctx) -> None:
-    """An OpKind.ITER_MARK after every optimizer step (arg: the number of steps taken so far in this process)."""
+    """An OpKind.ITER_MARK after every outermost optimizer step (arg: the number of such steps so far).
+
+    Frameworks wrap their optimizers in a container that is itself an Optimizer (TorchTitan's
+    OptimizersContainer steps each inner optimizer from its own step()): only the outermost step of a nest
+    marks an iteration.
+    """
     if "iter_marks" in _PATCHED:
         return
     from phantora.engine.ops import Op, OpKind
-    from torch.optim.optimizer import register_optimizer_step_post_hook
+    from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
     steps = [0]
+    depth = [0]
+
+    def enter(optimizer, args, kwargs) -> None:
+        depth[0] += 1
 
     def mark(optimizer, args, kwargs) -> None:
+        depth[0] = max(depth[0] - 1, 0)
+        if depth[0]:
+            return
         steps[0] += 1
         METER.enter()
         try:
@@ -269,6 +344,7 @@ def _install_iteration_marks(ctx) -> None:
         finally:
             METER.exit()
 
+    _PATCHED["iter_marks_pre"] = register_optimizer_step_pre_hook(enter)
     _PATCHED["iter_marks"] = register_optimizer_step_post_hook(mark)
 
 
@@ -302,6 +378,10 @@ def install(ctx) -> None:
     _install_foreach_types()
     _install_iteration_marks(ctx)
     interceptor.install_sdpa_routing()
+    METER.entry_cost = interceptor.calibrate_entry_cost()
+    ctx.extras["entry_cost_s"] = METER.entry_cost
+    from .bootstrap import when_imported
+    when_imported("torch.distributed.tensor._sharding_prop", patch_sharding_propagation)
     mode = make_fake_mode()
     ictp = interceptor.Interceptor(ctx)
     mode.__enter__()

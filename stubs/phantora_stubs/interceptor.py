@@ -13,6 +13,11 @@ For each op it
 - answers `.item()` and data-dependent ops from the value side table (values.py) or with placeholders;
 - reports ops it cannot simulate with a clear message naming the op and the user's source line.
 
+Tensor subclasses (DTensor): an op with a subclass argument is declined (NotImplemented), so the subclass runs it
+and the ops it issues on its local tensors come back here with their real (per-rank) shapes; costing the op at the
+subclass level would count global shapes. Inside `shadow()` (DTensor's sharding propagation) ops only run on fake
+tensors. The meter subtracts `clock.METER.entry_cost` per op, the round trip into this mode measured at start-up.
+
 SDPA: `aten::scaled_dot_product_attention` is overridden for the CUDA autograd key (and caught here under inference
 mode) to call the fused kernel CUDA's backend selection would pick: flash attention, else memory-efficient
 attention, else the math path (see `route_sdpa`).
@@ -20,19 +25,22 @@ attention, else the math path (see `route_sdpa`).
 
 from __future__ import annotations
 
+import contextlib
 import math
+import threading
 from typing import Any
 
 import torch
 from phantora.engine.ops import CostSource, Memcpy, Op, OpKind
-from torch._subclasses.fake_tensor import (DataDependentOutputException, DynamicOutputShapeException,
-                                           UnsupportedOperatorException)
+from torch._subclasses.fake_tensor import (DataDependentOutputException, DynamicOutputShapeException, FakeTensor,
+                                           UnsupportedOperatorException, _check_for_subclass)
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.weak import WeakIdKeyDictionary
 
 from . import comm
 from .clock import METER
+from .clock import REAL as _REAL_CLOCKS
 from .errors import UnsupportedOpError, user_location
 from .values import VALUES, placeholder_scalar
 
@@ -94,6 +102,36 @@ def _classify(func: Any) -> int:
     return KERNEL
 
 
+class _Shadow(threading.local):
+    """Per-thread depth of `shadow()` blocks."""
+
+    depth = 0
+
+
+SHADOW = _Shadow()
+
+
+@contextlib.contextmanager
+def shadow():
+    """Ops run inside are computed on fake tensors for their metadata only: no kernel, no memory, no values.
+
+    For work a framework does on fake tensors to learn output shapes (DTensor's sharding propagation runs each
+    new op once on global-shape fake tensors); on a real GPU no such work exists.
+    """
+    SHADOW.depth += 1
+    try:
+        yield
+    finally:
+        SHADOW.depth -= 1
+
+
+def _has_wrapper_subclass(types: Any, args: Any, kwargs: Any) -> bool:
+    """Whether an op argument is a tensor subclass other than FakeTensor (DTensor, a functional wrapper...)."""
+    if not types or all(issubclass(t, FakeTensor) or t is torch.Tensor for t in types):
+        return False
+    return _check_for_subclass(pytree.tree_leaves((args, kwargs or {})))
+
+
 def _tensors(tree: Any) -> list[torch.Tensor]:
     if isinstance(tree, torch.Tensor):
         return [tree]
@@ -124,6 +162,13 @@ class Interceptor(TorchDispatchMode):
 
     # -- entry ---------------------------------------------------------------------------------------------------
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if SHADOW.depth:
+            # Metadata-only computation (DTensor sharding propagation on global shapes): no GPU work happens.
+            return func(*args, **(kwargs or {}))
+        if _has_wrapper_subclass(types, args, kwargs):
+            # A tensor subclass (DTensor, ...) takes the op first; the ops it runs on its local tensors come back
+            # here and are costed at their real (local) shapes, never at the subclass's global shape.
+            return NotImplemented
         METER.enter()
         try:
             return self._dispatch(func, args, kwargs or {})
@@ -397,9 +442,56 @@ class Interceptor(TorchDispatchMode):
         return pick(out)
 
 
+class _EntryProbe(TorchDispatchMode):
+    """A dispatch mode whose entry and exit are the interceptor's, around an op it runs directly."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if SHADOW.depth:
+            return func(*args, **(kwargs or {}))
+        if _has_wrapper_subclass(types, args, kwargs):
+            return NotImplemented
+        METER.enter()
+        try:
+            return func(*args, **(kwargs or {}))
+        finally:
+            METER.exit()
+
+
+def calibrate_entry_cost(trials: int = 7, n: int = 200) -> float:
+    """Seconds of host CPU time that reaching the interceptor adds to each op, measured on this machine.
+
+    A loop of a one-element in-place add is timed twice with no other mode active: plainly, and under a mode that
+    enters and leaves like the interceptor (what the meter then counts between two ops). The difference of the
+    medians is the Python dispatch-mode round trip a real run does not pay; slightly under-estimated, since the
+    plain loop also includes the add itself. Never negative.
+    """
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    thread_time = REAL_THREAD_TIME
+    plain: list[float] = []
+    moded: list[float] = []
+    with _disable_current_modes():
+        x = torch.zeros(1)
+        for _ in range(trials):
+            t0 = thread_time()
+            for _ in range(n):
+                x.add_(1)
+            plain.append((thread_time() - t0) / n)
+            METER.reset()
+            with _EntryProbe():
+                for _ in range(n):
+                    x.add_(1)
+            moded.append(METER.claim() / n)
+            METER.reset()
+    plain.sort()
+    moded.sort()
+    return max(moded[len(moded) // 2] - plain[len(plain) // 2], 0.0)
+
+
 _NO_FAKE_IMPL = ("no fake impl", "no fake kernel", "no meta kernel", "no meta impl", "not implemented for 'meta'",
                  "could not run", "does not have a meta")
 _LIFT_FRESH = torch.ops.aten.lift_fresh.default
+REAL_THREAD_TIME = _REAL_CLOCKS["thread_time"]
 _current_fake_mode = torch._C._get_dispatch_mode
 _FAKE_KEY = torch._C._TorchDispatchModeKey.FAKE
 # -- SDPA backend selection ----------------------------------------------------------------------------------------

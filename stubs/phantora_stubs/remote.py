@@ -105,12 +105,26 @@ class RemoteRuntime(Runtime):
         self._send(("event", int(event_id)))
         return self._expect("time")
 
-    def exchange(self, gid: int, kind: str, payload: Any) -> Any:
-        """Combine real values across the group of the latest collective issued on `gid` (see docs/live-runs.md)."""
+    def exchange(self, gid: int, kind: str, payload: Any, sync: Op) -> Any:
+        """Combine real values across the group of the latest collective issued on `gid`; the host blocks on
+        `sync` (the collective's completion), as reading the result would make it (see docs/live-runs.md)."""
         seq = self._coll_seq.get(gid, 0) - 1
-        rows, sigs = self._take()          # the collective itself travels with its values
+        self._append(sync)
+        rows, sigs = self._take()          # the collective and the sync travel with the values
         self._send(("exchange", rows, sigs, gid, seq, kind, payload))
-        return self._expect("value")
+        self._cpu, value = self._expect("value")
+        return value
+
+    def put_object(self, key: tuple, payload: Any) -> None:
+        rows, sigs = self._take()
+        self._send(("put", rows, sigs, tuple(key), payload))
+
+    def take_object(self, key: tuple, sync: Op) -> tuple[bool, Any]:
+        self._append(sync)
+        rows, sigs = self._take()
+        self._send(("take", rows, sigs, tuple(key)))
+        self._cpu, value = self._expect("value")
+        return True, value
 
     def close(self) -> None:
         if self._closed:

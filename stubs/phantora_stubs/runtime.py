@@ -76,18 +76,27 @@ class Runtime(abc.ABC):
         Only meaningful once the host has synchronised past the event, as with cudaEventElapsedTime.
         """
 
-    def exchange(self, gid: int, kind: str, payload: Any) -> Any:
-        """Combine the real values of the latest collective issued on group `gid` across its ranks.
+    def exchange(self, gid: int, kind: str, payload: Any, sync: Op) -> Any:
+        """Combine the real values of the latest collective issued on group `gid` across its members, the host
+        blocking on `sync` (a SYNC_EVENT on the collective's completion) as reading the result would make it.
 
-        `kind` is "sum", "avg", "max", "min", "product" (payload: a numpy array), "gather" (any object; the result is
-        the list of every group member's payload in group-rank order) or "broadcast:R" (the payload of group rank R).
-        This base version serves a single process standing for every rank of the group (each rank mirrors it).
+        `kind` and the payloads are those of `phantora.live.combine`. This base version serves a single process
+        standing for every member of the group (each mirrors it).
         """
-        size = self.group_size(gid)
-        return combine_mirrored(kind, payload, size)
+        self.wait(sync)
+        return combine_mirrored(kind, payload, self.group_size(gid))
 
     def group_size(self, gid: int) -> int:
         return self.world_size
+
+    def put_object(self, key: tuple, payload: Any) -> None:
+        """Post the objects of a point-to-point object send; key = (gid, src, dst, n), n counting per pair."""
+
+    def take_object(self, key: tuple, sync: Op) -> tuple[bool, Any]:
+        """Block on `sync` (the receive's completion), then return the objects posted under `key` as
+        (True, objects), or (False, None) where no peer process can post them (a rank simulated alone)."""
+        self.wait(sync)
+        return False, None
 
     def close(self) -> None:
         """Flush whatever must outlive the process (called at interpreter exit)."""
