@@ -179,5 +179,6 @@ def install_torch(ctx: context.Context) -> None:
     distributed.install(ctx)
     when_imported("torch.distributed.device_mesh", fake.patch_device_mesh)
     when_imported("torch.nn.attention.flex_attention", fake.patch_flex_attention)
+    when_imported("torch.nn.parallel.distributed", distributed.patch_ddp_module)
     fake.patch_distributed(sys.modules["torch.distributed"])
     clock.METER.reset()
