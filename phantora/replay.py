@@ -7,17 +7,21 @@ Collectives and transfers are always re-simulated on the (possibly new) network.
 
 from __future__ import annotations
 
+import gc
 import statistics
-import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from .cluster import ClusterSpec, apply_overrides, cluster_from_table, load_cluster
 from .engine.core import Engine
-from .engine.ops import CostSource, OpKind
+from .engine.ops import OpKind
 from .engine.recorder import Recorder
-from .errors import PhantoraError
+from .errors import PhantoraError, TraceError
+from .trace.deps import check_dependencies
 
 
 @dataclass
@@ -102,7 +106,10 @@ def resolve_cluster(meta: dict, cluster: str | None, nodes: int | None, gpus_per
 def replay(trace: str | Path, *, cluster: str | None = None, nodes: int | None = None, gpus_per_node: int | None = None,
            gpu: str | None = None, profile: str | None = None, overrides: tuple[str, ...] = (), out: str | None = None,
            algo: str | None = None, proto: str | None = None, progress=None) -> ReplayResult:
+    """Re-simulate `trace` (see the module docstring). `wall_s` (and so `ops_per_s`) covers reading the op tables,
+    the simulation and building the new rows; with `out`, also writing them."""
     from .trace.reader import TraceReader
+    from .trace.summary import summarize_ops
     from .trace.writer import TraceWriter
 
     with TraceReader(trace) as reader:
@@ -118,51 +125,89 @@ def replay(trace: str | Path, *, cluster: str | None = None, nodes: int | None =
         recorded_gpu = meta.get("gpu")
         if profile or (spec.gpu != recorded_gpu and recorded_gpu is not None):
             recost = _recoster(spec, reader.signatures, profile)
-        out_path = out or tempfile.mktemp(suffix=".h5", prefix="phantora-replay-")
-        out_meta = dict(meta)
-        out_meta.update({"mode": "replay", "cluster": spec.to_table(), "gpu": spec.gpu, "replayed_from": str(trace)})
-        writer = TraceWriter(out_path, out_meta)
-        for sig in reader.signatures:
-            writer.add_signature(sig)
-        recorder = Recorder(writer)
+        writer = None
+        if out is not None:
+            out_meta = {k: v for k, v in meta.items() if k not in ("created", "versions")}   # this run's own
+            out_meta.update({"mode": "replay", "cluster": spec.to_table(), "gpu": spec.gpu,
+                             "replayed_from": str(trace)})
+            writer = TraceWriter(out, out_meta)
+            for name in reader.names:        # same string ids as the input
+                writer.add_string(name)
+            for sig in reader.signatures:
+                writer.add_signature(sig)
+        recorder = Recorder(writer, keep=True)
         engine = Engine(spec, simulated=simulated, rank_map=rank_map, sink=recorder, algo=algo, proto=proto)
         recorder.attach(engine)
         for gid, (name, ranks) in sorted(reader.groups.items()):
             engine.add_group(gid, ranks, name)
-            writer.add_group(gid, ranks, name)
-        recorded = {r: list(reader.iterations(r)) for r in simulated}
-        n_ops = 0
-        t0 = time.perf_counter()
-        for i, r in enumerate(simulated):
-            ops = list(reader.iter_ops(r))
-            if recost is not None:
-                recost(ops)
-            n_ops += len(ops)
-            engine.feed(r, ops)
-            engine.close(r)
-            if progress:
-                progress("load", i + 1, len(simulated))
-        done = engine.run()
-        wall = time.perf_counter() - t0
-        recorder.flush()
-        writer.update_meta({"complete_simulation": bool(done)})
-        writer.close()
+            if writer is not None:
+                writer.add_group(gid, ranks, name)
+        # The replay allocates an object or two per op and makes no cycles worth collecting: the cyclic garbage
+        # collector would only cost time (about a third of it), scanning the op objects over and over.
+        gc_was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            n_ops, wall, done, recorded = _simulate(reader, engine, recorder, simulated, recost, progress, trace)
+        except BaseException as e:
+            if writer is not None:
+                writer.close(error=f"{type(e).__name__}: {e}")
+            raise
+        finally:
+            if gc_was_enabled:
+                gc.enable()
+        names = recorder.names
+        if writer is not None:
+            writer.update_meta({"complete_simulation": bool(done)})
+            writer.close()
     marks = {r: engine.ranks[r].iterations for r in simulated}
     gspec = spec.gpu_spec()
     result = ReplayResult(spec.name, spec.gpu, spec.world_size, iteration_times(marks), iteration_times(recorded),
                           n_ops, wall, meta.get("tokens_per_iteration"), meta.get("flops_per_token"),
                           gspec.peak_flops("bf16"))
     result.ooms = [{"rank": r, "op": i, "message": str(e)} for r, i, e in engine.ooms]
-    try:
-        from .trace.reader import TraceReader as _R
-        from .trace.summary import summarize
-        with _R(out_path) as rd:
-            result.summary = _flat_summary(summarize(rd))
-    except (ImportError, PhantoraError):
-        pass
-    if out is None:
-        Path(out_path).unlink(missing_ok=True)
+    result.summary = _flat_summary({"ranks": [summarize_ops(recorder.rows(r), names, np.asarray(marks[r]))
+                                              for r in simulated]})
+    recorder.engine = None   # engine and recorder refer to each other: let reference counting free them now
     return result
+
+
+def _simulate(reader, engine: Engine, recorder: Recorder, simulated: list[int], recost, progress, trace):
+    """The timed part of a replay: read and feed every rank's ops, check the dependencies table, run, build rows.
+    Returns (ops, wall seconds, whether the simulation completed, recorded iteration marks by rank)."""
+    n_ops = 0
+    t0 = time.perf_counter()
+    rows_by_rank = {}
+    recorded = {}
+
+    # A reader thread reads and inflates the op tables (zlib releases the GIL) while this one builds the ops.
+    def read(rank: int):
+        rows = reader.ops(rank)
+        return rows, list(reader.iterations(rank, rows))
+
+    with ThreadPoolExecutor(1, thread_name_prefix="phantora-replay-read") as pool:
+        tables = [pool.submit(read, r) for r in simulated]
+        for i, (r, table) in enumerate(zip(simulated, tables)):
+            rows, recorded[r] = table.result()
+            rows_by_rank[r] = rows
+            ops = reader.op_objects(rows, r)
+            if recost is not None:
+                recost(ops)
+            recorder.use_template(r, rows, reader.names, costs_from_ops=recost is not None)
+            n_ops += len(ops)
+            engine.feed(r, ops)
+            engine.close(r)
+            if progress:
+                progress("load", i + 1, len(simulated))
+    deps = reader.dependencies
+    if len(deps):
+        n_bad, problems = check_dependencies(deps, rows_by_rank, timing=False)
+        if n_bad:
+            raise TraceError(f"{trace}: the dependencies table contradicts the op tables in {n_bad} row(s): "
+                             + "; ".join(problems))
+    del rows_by_rank
+    done = engine.run()
+    recorder.flush()
+    return n_ops, time.perf_counter() - t0, done, recorded
 
 
 def _flat_summary(s: dict) -> dict:

@@ -3,6 +3,7 @@ workloads (replay uses the same engine and recorder, reading its streams from a 
 
 from __future__ import annotations
 
+import gc
 import platform
 import sys
 from pathlib import Path
@@ -46,11 +47,20 @@ def simulate_streams(spec: ClusterSpec, streams: dict[int, list[Op]], out: str |
         engine.add_group(gid, ranks, name)
     for gid, g in engine.groups.items():
         writer.add_group(gid, g.ranks, g.name)
-    for r in simulated:
-        engine.feed(r, streams[r])
-        engine.close(r)
-    done = engine.run()
-    recorder.flush()
+    gc_was_enabled = gc.isenabled()
+    gc.disable()   # an object or two per op and no cycles worth collecting: the collector would only cost time
+    try:
+        for r in simulated:
+            engine.feed(r, streams[r])
+            engine.close(r)
+        done = engine.run()
+        recorder.flush()
+    except BaseException as e:
+        writer.close(error=f"{type(e).__name__}: {e}")
+        raise
+    finally:
+        if gc_was_enabled:
+            gc.enable()
     writer.update_meta({"complete_simulation": bool(done)})
     writer.close()
     return engine

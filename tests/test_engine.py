@@ -187,3 +187,41 @@ def test_allocator_reports_oom_beyond_vram():
     ops = [Op(K.ALLOC, arg=i, nbytes=30 * 2**30) for i in range(3)]
     eng, _ = run(spec, {0: ops}, simulated=[0])
     assert len(eng.ooms) == 1 and eng.ooms[0][1] == 2     # the third 30 GiB block does not fit in 80 GB
+
+
+def _contended_program(r):
+    """Collectives of concurrent groups that overlap in time (TP inside nodes on stream 0, DP across on stream 1,
+    and a world all_reduce), with compute in between."""
+    tp, dp = 1 + r // 8, 3 + r % 8
+    ops = []
+    for i in range(4):
+        ops += [Op(K.KERNEL, duration=1e-4 * (1 + (r + i) % 3), cpu_delta=2e-6),
+                Op(K.COLLECTIVE, name="all_reduce", group=tp, nbytes=8 * MiB),
+                Op(K.COLLECTIVE, name="reduce_scatter", group=dp, nbytes=32 * MiB, stream=1),
+                Op(K.KERNEL, duration=5e-5)]
+        if i % 2:
+            ops.append(Op(K.COLLECTIVE, name="all_gather", group=0, nbytes=MiB, stream=2))
+    return ops + [Op(K.SYNC_DEVICE), Op(K.ITER_MARK)]
+
+
+@pytest.mark.parametrize("representative", [False, True])
+def test_idle_network_shortcut_matches_the_full_flow_simulation(monkeypatch, representative):
+    """The engine's idle-network shortcut (collectives alone on the network complete at cached offsets, batches put
+    on the flow simulator once anything else starts) gives the timeline of running every flow through the flow
+    simulator, here with contention between groups and (representative ranks) shadow groups."""
+    spec = load_cluster("h100-hgx", nodes=2)
+    groups = [(1 + n, range(n * 8, n * 8 + 8)) for n in range(2)] + [(3 + i, (i, i + 8)) for i in range(8)]
+    ranks = list(range(8)) if representative else list(range(16))
+    kw = {"simulated": ranks, "rank_map": [r % 8 for r in range(16)]} if representative else {}
+    results = {}
+    for shortcut in (True, False):
+        monkeypatch.setattr(Engine, "idle_shortcut", shortcut)
+        eng, recs = run(spec, {r: _contended_program(r) for r in ranks}, groups, **kw)
+        results[shortcut] = (eng, sorted(recs, key=lambda x: (x[0], x[1])))
+        if shortcut:
+            assert eng.net.batches_started > 0 and eng.net.batches_materialized > 0   # both paths taken
+    (fast, a), (full, b) = results[True], results[False]
+    assert [x[:2] for x in a] == [x[:2] for x in b]
+    for x, y in zip(a, b):
+        assert x[3:6] == pytest.approx(y[3:6], rel=1e-9, abs=1e-12)
+    assert [c["end"] for c in fast.collectives] == pytest.approx([c["end"] for c in full.collectives], rel=1e-9)

@@ -2,6 +2,7 @@
 
 import json
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -64,3 +65,47 @@ def test_cli_replay_json(trace, tmp_path):
     assert d["iteration_s"] >= d["recorded_iteration_s"]
     again = replay(out)   # the written trace replays to itself
     assert again.iterations_s == again.recorded_iterations_s
+
+
+def test_replayed_trace_equals_the_recording_row_for_row(trace, tmp_path):
+    """Replay without a change writes the recorded trace again: every op row (string ids compared as strings),
+    the collectives and the dependencies."""
+    from phantora.trace.reader import TraceReader
+
+    path, _ = trace
+    out = tmp_path / "again.h5"
+    replay(path, out=str(out))
+    with TraceReader(path) as a, TraceReader(out) as b:
+        assert a.ranks == b.ranks
+        for r in a.ranks:
+            x, y = a.ops(r), b.ops(r)
+            other = [c for c in x.dtype.names if c != "name"]
+            assert np.array_equal(x[other], y[other])
+            assert [a.names[i] for i in x["name"]] == [b.names[i] for i in y["name"]]
+        cols = ["id", "group", "nbytes", "root", "start", "end", "ranks_arrived"]
+        assert np.array_equal(a.collectives[cols], b.collectives[cols])
+        assert len(a.dependencies) and np.array_equal(a.dependencies, b.dependencies)
+
+
+def test_recosted_kernels_last_their_new_duration(trace):
+    """On another GPU kernels are re-costed from their signatures: each signed kernel's row says the new cost
+    model's estimate and lasts exactly that long on its stream."""
+    from phantora.costmodel.model import CostModel
+    from phantora.costmodel.signature import Signature
+    from phantora.gpus import load_gpu
+    from phantora.trace.reader import TraceReader
+
+    path, _ = trace
+    out = path.parent / "a100.h5"
+    replay(path, gpu="a100-sxm-80gb", out=str(out))
+    model = CostModel(load_gpu("a100-sxm-80gb"))
+    with TraceReader(out) as rd:
+        sigs = rd.signatures
+        for r in rd.ranks:
+            ops = rd.ops(r)
+            k = ops[(ops["kind"] == 0) & (ops["sig"] >= 0)]
+            assert len(k)
+            assert np.allclose(k["end"] - k["start"], k["duration"], rtol=1e-9, atol=1e-15)
+            expect = {s: model.estimate(Signature.from_key(sigs[s])) for s in np.unique(k["sig"]).tolist()}
+            assert k["duration"].tolist() == [expect[s].duration_s for s in k["sig"].tolist()]
+            assert k["source"].tolist() == [int(expect[s].source) for s in k["sig"].tolist()]

@@ -178,7 +178,7 @@ def test_iter_ops_rebuilds_the_op_stream(tmp_path, monkeypatch):
         rows = r.ops(1)
     assert len(back) == len(ops)
     for a, b in zip(ops, back):
-        assert type(b) is Op
+        assert isinstance(b, Op)
         for slot in Op.__slots__:
             assert getattr(b, slot) == getattr(a, slot), slot
         assert isinstance(b.kind, OpKind) and isinstance(b.source, CostSource)

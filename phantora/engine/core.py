@@ -14,6 +14,10 @@ Representative ranks: only some ranks may be simulated; `rank_map[r]` names the 
 Groups holding a simulated rank rendezvous over their simulated members and carry every member's flows. Groups with no
 simulated member mirror the group that is their image under `rank_map`: each of their collectives starts with the
 matching collective of that group, so mirrored ranks still load the network.
+
+Speed (replay runs at a few microseconds per op): the common kinds are handled on inlined paths of `_run_rank` and
+`_drain`; ops are reported through a per-rank `emit` callable (a sink's `emitter(rank)`, e.g. a list's append);
+collectives that run alone on the network complete at cached offsets (`Engine.idle_shortcut`, net/network.py).
 """
 
 from __future__ import annotations
@@ -33,6 +37,11 @@ from .ops import Memcpy, Op, OpKind
 
 INF = math.inf
 K = OpKind
+_KERNEL = int(OpKind.KERNEL)
+_MEMCPY = int(OpKind.MEMCPY)
+_COLLECTIVE = int(OpKind.COLLECTIVE)
+_RECORD = int(OpKind.EVENT_RECORD)
+_WAIT = int(OpKind.STREAM_WAIT)
 
 
 @dataclass
@@ -43,6 +52,9 @@ class Group:
     simulated: tuple[int, ...] = ()
     mirror_of: int | None = None          # for shadow groups: the live group they mirror
     shadows: list[int] = field(default_factory=list)
+
+    def __post_init__(self):
+        self.members = frozenset(self.ranks)
 
 
 class _Event:
@@ -80,6 +92,7 @@ class _Rank:
         self.p2p_seq: dict[tuple[int, int, int], int] = {}
         self.batch: list | None = None
         self.allocator = CachingAllocatorModel(capacity)
+        self.emit: Callable[[tuple], None] = _discard
         self.iterations: list[float] = []
         self.last_op: tuple[int, Op] | None = None
 
@@ -107,12 +120,28 @@ class _Coll:
 Sink = Callable[[int, int, Op, float, float, float, int], None]
 
 
+def _discard(record: tuple) -> None:
+    pass
+
+
+def _emitter(sink: Sink, rank: int) -> Callable[[tuple], None]:
+    def emit(record: tuple) -> None:
+        sink(rank, *record)
+    return emit
+
+
 class Engine:
     """Simulates op streams of the ranks of one cluster.
 
-    sink(rank, index, op, issue, start, end, coll_id) receives every op once its times are known (any order).
+    sink(rank, index, op, issue, start, end, coll_id) receives every op once its times are known (any order). A sink
+    may also offer `emitter(rank)`: a callable taking one (index, op, issue, start, end, coll_id) tuple, which the
+    engine then calls instead (a bound `list.append`, say, which costs no Python frame per op).
     on_sync(rank, index, cpu_time) is called when a blocking op of a rank completes (live runs answer the rank then).
     """
+
+    idle_shortcut = True
+    """Collectives that start on an idle network complete at cached offsets instead of going through the flow
+    simulator (see net/network.py); the full flow simulation stays the reference it is tested against."""
 
     def __init__(self, spec: ClusterSpec, *, simulated: Iterable[int] | None = None,
                  rank_map: list[int] | None = None, sink: Sink | None = None,
@@ -121,7 +150,7 @@ class Engine:
                  vram_bytes: int | None = None, algo: str | None = None, proto: str | None = None):
         self.spec = spec
         self.world_size = spec.world_size
-        self.net = Network(spec)
+        self.net = Network(spec, idle_shortcut=self.idle_shortcut)
         sim = sorted(set(simulated)) if simulated is not None else list(range(self.world_size))
         self.rank_map = list(rank_map) if rank_map is not None else list(range(self.world_size))
         if len(self.rank_map) != self.world_size:
@@ -132,6 +161,9 @@ class Engine:
         capacity = vram_bytes if vram_bytes is not None else spec.vram_bytes()
         self.ranks: dict[int, _Rank] = {r: _Rank(r, capacity) for r in sim}
         self.sink = sink or (lambda *a: None)
+        emitter = getattr(self.sink, "emitter", None)
+        for r, rs in self.ranks.items():
+            rs.emit = emitter(r) if emitter is not None else _emitter(self.sink, r)
         self.on_sync = on_sync or (lambda *a: None)
         self.launch = spec.host.launch_overhead_us * 1e-6 if launch_overhead_s is None else launch_overhead_s
         self.cpu_scale = spec.host.cpu_time_scale if cpu_time_scale is None else cpu_time_scale
@@ -144,6 +176,11 @@ class Engine:
         self._cid = itertools.count()
         self._p2p: dict[tuple, dict] = {}          # (gid, src, dst, seq) -> {"send": ..., "recv": ...}
         self._runnable: set[int] = set(sim)
+        self._open = len(sim)                      # ranks not closed yet
+        self._mirrors: dict[int, list[int]] = {}   # simulated rank -> the ranks that mirror it
+        for m, rep in enumerate(self.rank_map):
+            if m not in self.ranks:
+                self._mirrors.setdefault(rep, []).append(m)
         self.collectives: list[dict] = []          # finished collectives (for traces and reports)
         self.ooms: list[tuple[int, int, DeviceOutOfMemory]] = []
         self.add_group(0, tuple(range(self.world_size)), "world")
@@ -178,7 +215,10 @@ class Engine:
             self._runnable.add(rank)
 
     def close(self, rank: int) -> None:
-        self.ranks[rank].closed = True
+        rs = self.ranks[rank]
+        if not rs.closed:
+            rs.closed = True
+            self._open -= 1
 
     # ------------------------------------------------------------------------------------------------ main loop
     def run(self) -> bool:
@@ -188,8 +228,9 @@ class Engine:
                 for r in sorted(self._runnable):
                     self._runnable.discard(r)
                     self._run_rank(self.ranks[r])
-            horizon = min((rs.cpu for rs in self.ranks.values()
-                           if rs.waiting is None and not rs.queue and not rs.closed), default=INF)
+            horizon = INF if not self._open else min(
+                (rs.cpu for rs in self.ranks.values() if rs.waiting is None and not rs.queue and not rs.closed),
+                default=INF)
             t_start = self._starts[0][0] if self._starts else INF
             t_net = self.net.next_event_time()
             t = min(t_start, t_net)
@@ -208,7 +249,7 @@ class Engine:
         done = all(rs.closed and not rs.queue and rs.waiting is None and self._streams_idle(rs)
                    for rs in self.ranks.values())
         if not done and all(rs.closed and not rs.queue for rs in self.ranks.values()) \
-                and not self._starts and self.net.sim.idle:
+                and not self._starts and self.net.idle:
             raise SimulationError(self._deadlock_report())
         return done
 
@@ -224,68 +265,138 @@ class Engine:
 
     # ------------------------------------------------------------------------------------------------ CPU side
     def _run_rank(self, rs: _Rank) -> None:
+        """Issue the rank's queued ops until it blocks at a host sync or runs out of input.
+
+        Kernels, event records, stream waits and collectives are the bulk of every stream, so their CPU side is
+        inlined here (with the CPU clock and op index in locals); every other kind goes through `_issue`.
+        """
         q = rs.queue
+        if rs.waiting is not None or not q:
+            return
+        popleft = q.popleft
+        emit = rs.emit
         launch = self.launch
         scale = self.cpu_scale
-        while rs.waiting is None and q:
-            op = q.popleft()
-            idx = rs.index
-            rs.index += 1
-            rs.last_op = (idx, op)
-            rs.cpu += op.cpu_delta * scale
+        streams = rs.streams
+        events = rs.events
+        group_seq = rs.group_seq
+        idx = rs.index
+        cpu = rs.cpu
+        op = None
+        while q:
+            op = popleft()
+            cpu += op.cpu_delta * scale
             k = op.kind
-            if k == K.KERNEL or k == K.MEMCPY:
-                rs.cpu += launch
-                self._push(rs, op.stream, (idx, op, rs.cpu, None))
-                if k == K.MEMCPY and op.arg == Memcpy.D2H:
-                    self._block(rs, ("stream", op.stream), idx, op)
-            elif k == K.COLLECTIVE:
-                rs.cpu += launch
-                seq = rs.group_seq.get(op.group, 0)
-                rs.group_seq[op.group] = seq + 1
-                self._push(rs, op.stream, (idx, op, rs.cpu, seq))
-            elif k == K.SEND or k == K.RECV:
-                item = self._p2p_item(rs, idx, op)
-                if rs.batch is not None:
-                    rs.batch.append(item)
+            if k == _KERNEL:
+                cpu += launch
+                st = streams.get(op.stream)
+                if st is None:
+                    st = streams[op.stream] = _Stream(op.stream, cpu)
+                if st.blocked or st.pending:
+                    st.pending.append((idx, op, cpu, None))
                 else:
-                    rs.cpu += launch
-                    self._push(rs, op.stream, (idx, op, rs.cpu, [item]))
-            elif k == K.GROUP_START:
-                rs.batch = []
-            elif k == K.GROUP_END:
-                batch, rs.batch = rs.batch or [], None
-                if batch:
-                    rs.cpu += launch
-                    first = batch[0][1]
-                    self._push(rs, first.stream, (idx, op, rs.cpu, batch))
+                    tail = st.tail
+                    start = cpu if cpu > tail else tail
+                    st.tail = end = start + op.duration
+                    emit((idx, op, cpu, start, end, -1))
+                idx += 1
+                continue
+            if k == _RECORD or k == _WAIT:
+                if k == _RECORD:
+                    ev = events[op.arg] = _Event()
                 else:
-                    self.sink(rs.rank, idx, op, rs.cpu, rs.cpu, rs.cpu, -1)
-            elif k == K.EVENT_RECORD:
-                ev = rs.events[op.arg] = _Event()
-                self._push(rs, op.stream, (idx, op, rs.cpu, ev))
-            elif k == K.STREAM_WAIT:
-                self._push(rs, op.stream, (idx, op, rs.cpu, rs.events.get(op.arg)))
-            elif k == K.SYNC_DEVICE:
-                self._block(rs, ("device",), idx, op)
-            elif k == K.SYNC_STREAM:
+                    ev = events.get(op.arg)
+                st = streams.get(op.stream)
+                if st is None:
+                    st = streams[op.stream] = _Stream(op.stream, cpu)
+                if st.blocked or st.pending:
+                    st.pending.append((idx, op, cpu, ev))
+                elif k == _RECORD:               # a new recording: nobody waits for it yet
+                    tail = st.tail
+                    ev.time = t = cpu if cpu > tail else tail
+                    emit((idx, op, cpu, t, t, -1))
+                elif ev is None or ev.time is not None:
+                    t = ev.time if ev is not None else st.tail
+                    if t > st.tail:
+                        st.tail = t
+                    emit((idx, op, cpu, st.tail, st.tail, -1))
+                else:
+                    st.blocked = True
+                    ev.waiters.append((rs, st, (idx, op, cpu, ev)))
+                idx += 1
+                continue
+            if k == _COLLECTIVE:
+                cpu += launch
+                seq = group_seq.get(op.group, 0)
+                group_seq[op.group] = seq + 1
+                st = streams.get(op.stream)
+                if st is None:
+                    st = streams[op.stream] = _Stream(op.stream, cpu)
+                if st.blocked or st.pending:
+                    st.pending.append((idx, op, cpu, seq))
+                else:
+                    st.blocked = True
+                    tail = st.tail
+                    self._arrive(rs, st, (idx, op, cpu, seq), cpu if cpu > tail else tail)
+                idx += 1
+                continue
+            rs.cpu = cpu
+            rs.index = idx + 1
+            rs.last_op = (idx, op)
+            self._issue(rs, idx, op, k)
+            cpu = rs.cpu
+            idx = rs.index
+            if rs.waiting is not None:
+                break
+        rs.cpu = cpu
+        rs.index = idx
+        if op is not None:
+            rs.last_op = (idx - 1, op)
+
+    def _issue(self, rs: _Rank, idx: int, op: Op, k: int) -> None:
+        """CPU side of the kinds `_run_rank` does not inline (rs.cpu already includes the op's cpu_delta)."""
+        if k == K.MEMCPY:
+            rs.cpu += self.launch
+            self._push(rs, op.stream, (idx, op, rs.cpu, None))
+            if op.arg == Memcpy.D2H:
                 self._block(rs, ("stream", op.stream), idx, op)
-            elif k == K.SYNC_EVENT:
-                self._block(rs, ("event", rs.events.get(op.arg)), idx, op)
-            elif k == K.ALLOC:
-                try:
-                    rs.allocator.alloc(op.nbytes, op.arg)
-                except DeviceOutOfMemory as exc:
-                    self.ooms.append((rs.rank, idx, exc))
-                self.sink(rs.rank, idx, op, rs.cpu, rs.cpu, rs.cpu, -1)
-            elif k == K.FREE:
-                rs.allocator.free(op.arg)
-                self.sink(rs.rank, idx, op, rs.cpu, rs.cpu, rs.cpu, -1)
-            elif k == K.ITER_MARK:
-                rs.iterations.append(rs.cpu)
-                self.sink(rs.rank, idx, op, rs.cpu, rs.cpu, rs.cpu, -1)
-            else:  # CPU
-                self.sink(rs.rank, idx, op, rs.cpu, rs.cpu, rs.cpu, -1)
+        elif k == K.SEND or k == K.RECV:
+            item = self._p2p_item(rs, idx, op)
+            if rs.batch is not None:
+                rs.batch.append(item)
+            else:
+                rs.cpu += self.launch
+                self._push(rs, op.stream, (idx, op, rs.cpu, [item]))
+        elif k == K.GROUP_START:
+            rs.batch = []
+        elif k == K.GROUP_END:
+            batch, rs.batch = rs.batch or [], None
+            if batch:
+                rs.cpu += self.launch
+                first = batch[0][1]
+                self._push(rs, first.stream, (idx, op, rs.cpu, batch))
+            else:
+                rs.emit((idx, op, rs.cpu, rs.cpu, rs.cpu, -1))
+        elif k == K.SYNC_DEVICE:
+            self._block(rs, ("device",), idx, op)
+        elif k == K.SYNC_STREAM:
+            self._block(rs, ("stream", op.stream), idx, op)
+        elif k == K.SYNC_EVENT:
+            self._block(rs, ("event", rs.events.get(op.arg)), idx, op)
+        elif k == K.ALLOC:
+            try:
+                rs.allocator.alloc(op.nbytes, op.arg)
+            except DeviceOutOfMemory as exc:
+                self.ooms.append((rs.rank, idx, exc))
+            rs.emit((idx, op, rs.cpu, rs.cpu, rs.cpu, -1))
+        elif k == K.FREE:
+            rs.allocator.free(op.arg)
+            rs.emit((idx, op, rs.cpu, rs.cpu, rs.cpu, -1))
+        elif k == K.ITER_MARK:
+            rs.iterations.append(rs.cpu)
+            rs.emit((idx, op, rs.cpu, rs.cpu, rs.cpu, -1))
+        else:  # CPU
+            rs.emit((idx, op, rs.cpu, rs.cpu, rs.cpu, -1))
 
     def _block(self, rs: _Rank, what: tuple, idx: int, op: Op) -> None:
         rs.waiting = what
@@ -316,7 +427,7 @@ class Engine:
         rs.waiting = None
         op = rs.wait_op
         if op.kind != K.MEMCPY:  # a D2H copy was reported with its stream; the sync itself is CPU-side
-            self.sink(rs.rank, rs.wait_index, op, issue, issue, t, -1)
+            rs.emit((rs.wait_index, op, issue, issue, t, -1))
         self.on_sync(rs.rank, rs.wait_index, t)
         self._runnable.add(rs.rank)
 
@@ -333,8 +444,38 @@ class Engine:
             self._exec(rs, st, item)
 
     def _drain(self, rs: _Rank, st: _Stream) -> None:
-        while not st.blocked and st.pending:
-            self._exec(rs, st, st.pending.popleft())
+        """Run the stream's queued work until it blocks or runs dry (kernels and resolved waits inline)."""
+        pending = st.pending
+        emit = rs.emit
+        popleft = pending.popleft
+        while pending and not st.blocked:
+            item = popleft()
+            op = item[1]
+            k = op.kind
+            if k == _KERNEL or k == _MEMCPY:
+                issue = item[2]
+                tail = st.tail
+                start = issue if issue > tail else tail
+                st.tail = end = start + op.duration
+                emit((item[0], op, issue, start, end, -1))
+            elif k == _WAIT and (item[3] is None or item[3].time is not None):
+                ev = item[3]
+                t = ev.time if ev is not None else st.tail
+                if t > st.tail:
+                    st.tail = t
+                emit((item[0], op, item[2], st.tail, st.tail, -1))
+            elif k == _COLLECTIVE:
+                st.blocked = True
+                issue = item[2]
+                tail = st.tail
+                self._arrive(rs, st, item, issue if issue > tail else tail)
+            elif k == _RECORD and not item[3].waiters and rs.waiting is None:
+                issue = item[2]
+                tail = st.tail
+                item[3].time = t = issue if issue > tail else tail
+                emit((item[0], op, issue, t, t, -1))
+            else:
+                self._exec(rs, st, item)
         if not st.blocked:
             self._check_wait(rs)
 
@@ -344,11 +485,11 @@ class Engine:
         if k == K.KERNEL or k == K.MEMCPY:
             start = issue if issue > st.tail else st.tail
             st.tail = start + op.duration
-            self.sink(rs.rank, idx, op, issue, start, st.tail, -1)
+            rs.emit((idx, op, issue, start, st.tail, -1))
         elif k == K.EVENT_RECORD:
             t = issue if issue > st.tail else st.tail
             extra.time = t
-            self.sink(rs.rank, idx, op, issue, t, t, -1)
+            rs.emit((idx, op, issue, t, t, -1))
             waiters, extra.waiters = extra.waiters, []
             for wrs, wst, witem in waiters:
                 self._resolve_wait(wrs, wst, witem, t)
@@ -359,7 +500,7 @@ class Engine:
                 t = extra.time if extra is not None else st.tail
                 if t > st.tail:
                     st.tail = t
-                self.sink(rs.rank, idx, op, issue, st.tail, st.tail, -1)
+                rs.emit((idx, op, issue, st.tail, st.tail, -1))
             else:
                 st.blocked = True
                 extra.waiters.append((rs, st, item))
@@ -376,7 +517,7 @@ class Engine:
         idx, op, issue, _ = item
         if t > st.tail:
             st.tail = t
-        self.sink(rs.rank, idx, op, issue, st.tail, st.tail, -1)
+        rs.emit((idx, op, issue, st.tail, st.tail, -1))
         st.blocked = False
         self._drain(rs, st)
 
@@ -386,7 +527,7 @@ class Engine:
         g = self.groups.get(op.group)
         if g is None:
             raise SimulationError(f"rank {rs.rank} issued {op.name} on unknown process group {op.group}")
-        if rs.rank not in g.ranks:
+        if rs.rank not in g.members:
             raise SimulationError(f"rank {rs.rank} issued {op.name} on group {op.group} ({g.name}) it is not part of")
         key = (op.group, seq)
         coll = self._colls.get(key)
@@ -432,7 +573,7 @@ class Engine:
             idx, op, issue, _ = item
             st.tail = t_end
             st.blocked = False
-            self.sink(r, idx, op, issue, ready, t_end, coll.cid)
+            self.ranks[r].emit((idx, op, issue, ready, t_end, coll.cid))
         for r in sorted(coll.arrived):
             rs = self.ranks[r]
             self._drain(rs, coll.arrived[r][1])
@@ -486,9 +627,7 @@ class Engine:
         self.net.start(coll.cid, coll.plan)
         # mirrored pairs at the same offset carry the same transfer
         rep = self.rank_map
-        for m in range(self.world_size):
-            if m in self.ranks or rep[m] != src:
-                continue
+        for m in self._mirrors.get(src, ()):
             peer = dst + (m - src)
             if 0 <= peer < self.world_size and peer not in self.ranks and rep[peer] == dst:
                 shadow = _Coll(next(self._cid), ("p2p-shadow", m, peer), coll.group, "send_recv", coll.nbytes, -1,
@@ -507,13 +646,13 @@ class Engine:
             state["open"] -= 1
             state["end"] = max(state["end"], t_end)
             if sub_idx != state["item"][0]:
-                self.sink(state["rank"].rank, sub_idx, sub_op, state["item"][2], ready, t_end, coll.cid)
+                state["rank"].emit((sub_idx, sub_op, state["item"][2], ready, t_end, coll.cid))
             if state["open"] == 0:
                 rs, st = state["rank"], state["stream"]
                 idx, op, issue, _ = state["item"]
                 st.tail = state["end"]
                 st.blocked = False
-                self.sink(rs.rank, idx, op, issue, state["ready"], st.tail, coll.cid)
+                rs.emit((idx, op, issue, state["ready"], st.tail, coll.cid))
                 self._drain(rs, st)
 
     # ------------------------------------------------------------------------------------------------ reports

@@ -6,6 +6,10 @@ thread's slices must nest); a "CPU" thread with issue marks of launches, host sy
 a "memory" counter. Kernels, copies, collectives and point-to-point ops are complete ("X") events with their FLOPs,
 bytes, cost source and signature as args. The parts of one collective on different ranks are chained by flow
 events ("s" then "f" with one id, binding to the enclosing slices), which viewers draw as arrows between ranks.
+The trace's cross-stream dependencies become flow events too (category "dependency"): from the last GPU slice
+on the recording stream before the EVENT_RECORD to the first GPU slice on the waiting stream after the
+STREAM_WAIT (or to the host's synchronisation slice for a SYNC_EVENT), anchored at the slices' midpoints (the
+sync's last nanosecond), so they point forward in time.
 
 Times are written in microseconds from integer nanoseconds, so slices that touch stay touching. Each number carries
 a trailing 5 in the fourth decimal place: readers that turn microseconds into nanoseconds by truncation (Perfetto's
@@ -39,6 +43,7 @@ _SYNC = {int(OpKind.SYNC_DEVICE): "synchronize device", int(OpKind.SYNC_STREAM):
 _MEMCPY = {int(m): m.name for m in Memcpy}
 _KERNEL, _MEMCPY_KIND, _COLLECTIVE, _ITER_MARK = (int(OpKind.KERNEL), int(OpKind.MEMCPY), int(OpKind.COLLECTIVE),
                                                   int(OpKind.ITER_MARK))
+_SYNC_EVENT = int(OpKind.SYNC_EVENT)
 
 
 def export_perfetto(reader: TraceReader, out_path: str | os.PathLike, *, ranks: list[int] | None = None,
@@ -69,7 +74,7 @@ def export_perfetto(reader: TraceReader, out_path: str | os.PathLike, *, ranks: 
     except OSError as e:
         raise TraceError(f"{out_path}: cannot write the Perfetto trace: {e}") from None
     return {"path": out_path, "events": exporter.n_events, "slices": exporter.n_slices, "flows": exporter.n_flows,
-            "ranks": ranks}
+            "dependency_flows": exporter.n_dependency_flows, "ranks": ranks}
 
 
 def _open_text(path: str) -> TextIO:
@@ -128,7 +133,11 @@ class _Exporter:
             f',"coll":{i},"coll_id":{int(c["id"])},"algo":{_str(self._string(c["algo"]))},'
             f'"proto":{_str(self._string(c["proto"]))},"ranks_arrived":{int(c["ranks_arrived"])}'
             for i, c in enumerate(colls)]
-        self.n_events = self.n_slices = self.n_flows = 0
+        self.n_events = self.n_slices = self.n_flows = self.n_dependency_flows = 0
+        self.flow_id = 0
+        deps = reader.dependencies
+        self.deps_by_rank: dict[int, np.ndarray] = {r: deps[deps["rank"] == r]
+                                                    for r in np.unique(deps["rank"]).tolist()}
         # coll row -> [(anchor ns, rank, tid)] of its parts
         self.parts: dict[int, list[tuple[int, int, int]]] = defaultdict(list)
 
@@ -181,7 +190,28 @@ class _Exporter:
         coll_name, coll_extra, n_coll = self.coll_name, self.coll_extra, len(self.coll_extra)
         iteration = 0
         mem = 0
+        deps = self.deps_by_rank.get(rank)
+        dep_src: dict[int, list[int]] = defaultdict(list)      # op index -> dependency rows it is the record of
+        dep_dst: dict[int, list[int]] = defaultdict(list)      # op index -> dependency rows it is the wait of
+        if deps is not None:
+            for j, (a, b) in enumerate(zip(deps["src"].tolist(), deps["dst"].tolist())):
+                dep_src[a].append(j)
+                dep_dst[b].append(j)
+        n_deps = 0 if deps is None else len(deps)
+        producer: list[tuple[int, int] | None] = [None] * n_deps   # (anchor ns, tid) of each dependency's ends
+        consumer: list[tuple[int, int] | None] = [None] * n_deps
+        last_gpu: dict[int, tuple[int, int]] = {}                  # stream -> (anchor ns, tid) of its last slice
+        awaiting: dict[int, list[int]] = defaultdict(list)         # stream -> dependencies waiting for a slice
         for i, k in enumerate(kinds):
+            if n_deps and (i in dep_src or i in dep_dst):
+                for j in dep_src.get(i, ()):
+                    producer[j] = last_gpu.get(streams[i])
+                if k == _SYNC_EVENT:
+                    if self.cpu and sync_end[i] > issue[i]:
+                        for j in dep_dst.get(i, ()):
+                            consumer[j] = (int(sync_end[i]) - 1, CPU_TID)
+                else:
+                    awaiting[streams[i]].extend(dep_dst.get(i, ()))
             if k in _GPU:
                 s, e, stream = start_ns[i], end_ns[i], streams[i]
                 ends = lanes.get(stream)
@@ -221,6 +251,14 @@ class _Exporter:
                 if 0 <= coll < n_coll:
                     extra += coll_extra[coll]
                     self.parts[coll].append((s + (e - s) // 2, rank, tid))
+                if n_deps:
+                    anchor = (s + (e - s) // 2, tid)
+                    last_gpu[stream] = anchor
+                    waiting = awaiting.get(stream)
+                    if waiting:
+                        for j in waiting:
+                            consumer[j] = anchor
+                        waiting.clear()
                 lines.append(f'{{"name":{name},"cat":"{_CATEGORY[k]}","ph":"X","ts":{ts[i]},"dur":{dur[i]},'
                              f'"pid":{rank},"tid":{tid},"args":{{"op":{i},"stream":{stream},"flops":{flops[i]},'
                              f'"bytes":{nbytes[i]},"source":"{sources[i]}"{extra}}}}}')
@@ -243,6 +281,17 @@ class _Exporter:
                 mem += delta
                 lines.append(f'{{"name":"memory","ph":"C","ts":{issue_ts[i]},"pid":{rank},"tid":{CPU_TID},'
                              f'"args":{{"allocated_bytes":{mem}}}}}')
+        for j in range(n_deps):
+            p, c = producer[j], consumer[j]
+            if p is None or c is None:
+                continue
+            self.flow_id += 1
+            self.n_dependency_flows += 1
+            name = _str(f"event {args[int(deps['src'][j])]}")
+            lines.append(f'{{"name":{name},"cat":"dependency","ph":"s","ts":{us(p[0])},"pid":{rank},"tid":{p[1]},'
+                         f'"id":{self.flow_id}}}')
+            lines.append(f'{{"name":{name},"cat":"dependency","ph":"f","bp":"e","ts":{us(c[0])},"pid":{rank},'
+                         f'"tid":{c[1]},"id":{self.flow_id}}}')
         return lines
 
     def _default_name(self, kind: int, arg: int, coll: int) -> str:
@@ -258,7 +307,7 @@ class _Exporter:
     def _flows(self) -> list[str]:
         """Flow events chaining the parts of each collective, in time order of their anchors."""
         lines = []
-        flow_id = 0
+        flow_id = self.flow_id
         for coll in sorted(self.parts):
             parts = sorted(self.parts[coll])
             if len(parts) < 2:
@@ -271,4 +320,5 @@ class _Exporter:
                 lines.append(f'{{"name":{name},"cat":"collective","ph":"f","bp":"e","ts":{us(t1)},"pid":{r1},'
                              f'"tid":{tid1},"id":{flow_id}}}')
         self.n_flows = flow_id
+        self.flow_id = flow_id
         return lines

@@ -11,12 +11,10 @@ import gc
 import json
 import os
 import zlib
-from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from functools import cached_property
-from itertools import repeat
 from typing import Any
 
 import h5py
@@ -37,10 +35,31 @@ _SOURCE_BY_VALUE: list[CostSource | None] = [None] * 256
 for _s in CostSource:
     _SOURCE_BY_VALUE[int(_s)] = _s
 
-# Op attributes set from row columns, in Op.__slots__ terms; `kind`, `name` and `source` are mapped separately.
+# Op attributes set from row columns (in the order of _RowOp's parameters after kind, source and name, which are
+# mapped separately).
 _DIRECT = (("stream", "stream"), ("sig", "sig"), ("duration", "duration"), ("flops", "flops"),
            ("nbytes", "nbytes"), ("group", "group"), ("arg", "arg"), ("cpu_delta", "cpu_delta"),
            ("mem", "mem_delta"))
+
+
+class _RowOp(Op):
+    """An `Op` built from a trace row (positional construction; otherwise an Op in every respect)."""
+
+    __slots__ = ()
+
+    def __init__(self, kind, source, name, stream, sig, duration, flops, nbytes, group, arg, cpu_delta, mem):
+        self.kind = kind
+        self.source = source
+        self.name = name
+        self.stream = stream
+        self.sig = sig
+        self.duration = duration
+        self.flops = flops
+        self.nbytes = nbytes
+        self.group = group
+        self.arg = arg
+        self.cpu_delta = cpu_delta
+        self.mem = mem
 
 
 class TraceReader:
@@ -160,6 +179,13 @@ class TraceReader:
         ds = self._rank_dataset(rank, S.OPS)     # checked now, not at the first next()
         return iter(()) if ds is None else self._iter_ops(ds, rank)
 
+    def op_objects(self, rows: np.ndarray, rank: int) -> list[Op]:
+        """Engine `Op` objects of op rows of `rank` (from `ops(rank)`; row i of the array is op i of the list)."""
+        out: list[Op] = []
+        for lo in range(0, len(rows), _BLOCK_ROWS):
+            out += self._build_ops(rows[lo:lo + _BLOCK_ROWS], self.names, rank, lo)
+        return out
+
     def _iter_ops(self, ds: h5py.Dataset, rank: int) -> Iterator[Op]:
         names = self.names
         what = f"the ops of rank {rank}"
@@ -185,20 +211,15 @@ class TraceReader:
                              f"but the string table has {len(names)} entries")
         columns = [rows[col].tolist() for _, col in _DIRECT]
         op_names = list(map(names.__getitem__, name_ids.tolist()))
-        new = Op.__new__
         gc_was_enabled = gc.isenabled()
         gc.disable()   # the new objects hold no cycles; collecting while building them only costs time
         try:
-            ops = list(map(new, repeat(Op, len(rows))))
-            # Each column is assigned by a C-level loop (map of setattr): several times faster than calling
-            # Op(...) with keywords once per row.
-            for attr, values in (("kind", kinds), ("source", sources), ("name", op_names),
-                                 *zip((a for a, _ in _DIRECT), columns)):
-                deque(map(setattr, ops, repeat(attr), values), 0)
+            # one positional constructor call per row touches each object once: faster than keyword calls of
+            # Op(...) and than setting the objects' attributes column by column
+            return list(map(_RowOp, kinds, sources, op_names, *columns))
         finally:
             if gc_was_enabled:
                 gc.enable()
-        return ops
 
     def close(self) -> None:
         self._f.close()

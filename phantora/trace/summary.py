@@ -14,6 +14,7 @@ import numpy as np
 
 from phantora.engine.ops import OpKind
 from phantora.trace import schema as S
+from phantora.trace.deps import check_dependencies
 from phantora.trace.reader import TraceReader
 
 DEFAULT_TOP = 10
@@ -109,14 +110,28 @@ def top_kernels(kernels: np.ndarray, names: list[str], top: int = DEFAULT_TOP) -
 
 
 def summarize(reader: TraceReader, top: int = DEFAULT_TOP) -> dict[str, Any]:
-    """Summary of a whole trace: file facts, one entry per simulated rank, and top kernels over all ranks."""
+    """Summary of a whole trace: file facts, one entry per simulated rank, and top kernels over all ranks.
+
+    The dependencies table is checked against the op rows (trace.deps.check_dependencies): `dependency_problems`
+    counts rows that contradict them or the physics of the timeline, `dependency_messages` says what the first were.
+    """
     names = reader.names
     meta = reader.meta
     ranks = []
     all_kernels = []
+    deps = reader.dependencies
+    dep_rank = deps["rank"]
+    problems, messages = 0, []
+    strays = ~np.isin(dep_rank, np.asarray(reader.ranks, np.int64))
+    if strays.any():
+        n, msgs = check_dependencies(deps[strays], {})
+        problems, messages = problems + n, messages + msgs
     for r in reader.ranks:
         ops = reader.ops(r)
-        entry = {"rank": r, **summarize_ops(ops, names, reader.iterations(r, ops), top)}
+        mine = deps[dep_rank == r]
+        entry = {"rank": r, **summarize_ops(ops, names, reader.iterations(r, ops), top), "dependencies": len(mine)}
+        n, msgs = check_dependencies(mine, {r: ops})
+        problems, messages = problems + n, messages + msgs
         ranks.append(entry)
         all_kernels.append(ops[ops["kind"] == int(OpKind.KERNEL)])
     kernels = np.concatenate(all_kernels) if all_kernels else np.empty(0, S.OP_DTYPE)
@@ -129,6 +144,9 @@ def summarize(reader: TraceReader, top: int = DEFAULT_TOP) -> dict[str, Any]:
         "meta": {k: meta.get(k) for k in ("mode", "gpu", "world_size", "created", "command") if k in meta},
         "n_signatures": len(reader.signatures),
         "n_collectives": int(len(reader.collectives)),
+        "n_dependencies": int(len(deps)),
+        "dependency_problems": problems,
+        "dependency_messages": messages[:5],
         "ranks": ranks,
         "top_kernels": top_kernels(kernels, names, top),
     }
@@ -151,6 +169,14 @@ def format_summary(summary: dict[str, Any]) -> str:
         lines.append("command: " + (" ".join(map(str, cmd)) if isinstance(cmd, list) else str(cmd)))
     lines.append(f"{len(summary['ranks'])} simulated rank(s), {summary['n_collectives']} collectives, "
                  f"{summary['n_signatures']} kernel signatures")
+    n_deps = summary.get("n_dependencies")
+    if n_deps is not None:
+        bad = summary.get("dependency_problems", 0)
+        state = "all consistent with the timeline" if not bad else f"{bad} INCONSISTENT"
+        lines.append(f"cross-stream dependencies (event record -> wait): {n_deps}, {state}" if n_deps else
+                     "cross-stream dependencies (event record -> wait): none recorded")
+        for m in summary.get("dependency_messages", [])[:3]:
+            lines.append(f"  {m}")
     lines.append("")
 
     header = ["rank", "ops", "iters", "iter time", "compute", "comm", "exposed comm", "peak mem", "streams busy"]

@@ -246,6 +246,11 @@ class TraceWriter:
         """Index of `s` in the string table (added if new); the empty string is index 0."""
         return self._strings.add(s)
 
+    @property
+    def strings(self) -> list[str]:
+        """The string table so far (a copy); row columns such as `name` index it."""
+        return list(self._strings.items)
+
     def add_signature(self, key: str) -> int:
         """Id of the signature whose canonical key (Signature.key()) is `key`; equal keys get one id, from 0."""
         return self._signatures.add(key)

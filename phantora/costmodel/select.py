@@ -1,0 +1,46 @@
+"""Which measured profiles a cost model uses for a GPU, by default.
+
+- the GPU's own profile database, `presets/profiles/<gpu preset>.h5`, when one was measured (or an explicit path);
+- otherwise, as the cross-GPU fallback, the profile of a measured GPU of the same architecture (an H100 96 GB
+  HBM2e is costed from the H100 SXM 80 GB profile, scaled by the two GPUs' roofline ratio), or of any measured GPU
+  when none of its architecture was measured (an A100 from the H100's profile, each with its architecture's fitted
+  efficiencies); roofline estimates remain for signatures no profile has.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..gpus import GPUSpec, load_gpu
+from ..paths import presets_dir
+from .model import CostModel
+from .profiledb import ProfileDB
+
+
+def profiles_dir() -> Path:
+    return presets_dir() / "profiles"
+
+
+def measured_gpus() -> list[str]:
+    """GPU presets with a shipped profile database."""
+    return sorted(p.stem for p in profiles_dir().glob("*.h5"))
+
+
+def fallback_gpu(gpu: GPUSpec) -> str | None:
+    """The measured GPU whose profile stands in for `gpu` (None when `gpu` has its own)."""
+    measured = measured_gpus()
+    if gpu.name in measured or not measured:
+        return None
+    same_arch = [m for m in measured if load_gpu(m).arch.lower() == gpu.arch.lower()]
+    return (same_arch or measured)[0]
+
+
+def default_cost_model(gpu: GPUSpec, profile: str | Path | None = None, **kwargs) -> CostModel:
+    """A CostModel for `gpu` with its own profile (or `profile`) and, failing that, a cross-GPU fallback."""
+    own = Path(profile) if profile else profiles_dir() / f"{gpu.name}.h5"
+    if own.exists():
+        return CostModel(gpu, profile_db=ProfileDB.open(own), **kwargs)
+    other = fallback_gpu(gpu)
+    if other is None:
+        return CostModel(gpu, **kwargs)
+    return CostModel(gpu, fallback_gpu_db=ProfileDB.open(profiles_dir() / f"{other}.h5"), **kwargs)

@@ -1,0 +1,202 @@
+"""`phantora profile`: which signatures it measures (exactly the traces' kernel signatures), merging into an existing
+database, --force, and the error without a CUDA GPU. The measuring function is a stand-in; live measurement itself
+is tested in test_costmodel_measure.py."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+
+from phantora.costmodel import profile_cmd
+from phantora.costmodel.families import NO_KERNEL, classify, work
+from phantora.costmodel.measure import cuda_available
+from phantora.costmodel.profile_cmd import describe, guess_gpu, profile_command, profile_traces
+from phantora.costmodel.profiledb import ProfileDB
+from phantora.costmodel.signature import Signature, signature_of
+from phantora.engine.ops import OpKind
+from phantora.errors import PhantoraError
+from phantora.gpus import list_gpus, load_gpu
+from phantora.trace import schema as S
+from phantora.trace.reader import TraceReader
+from phantora.trace.writer import TraceWriter
+
+aten = torch.ops.aten
+BF = torch.bfloat16
+GPU = "h100-sxm-80gb"
+DEVICE = ("NVIDIA H100 80GB HBM3", "550.54.15", torch.__version__)
+
+
+def T(*shape, dtype=BF):
+    return torch.empty(shape, dtype=dtype, device="meta")
+
+
+def sigs_a() -> dict[str, Signature]:
+    return {"mm": signature_of(aten.mm.default, (T(256, 512), T(512, 128))),
+            "add": signature_of(aten.add.Tensor, (T(4096), T(4096))),
+            "view": signature_of(aten.view.default, (T(64, 64), [4096])),
+            "copy": signature_of(aten._to_copy.default, (T(1024),), {"dtype": torch.float32}),
+            "unused": signature_of(aten.mm.default, (T(8, 8), T(8, 8)))}
+
+
+def write_trace(path, sigs: dict[str, Signature], use: list[tuple[str, int, int]]):
+    """A two-rank trace whose signature table holds `sigs` (in order); `use` lists (signature name, op kind,
+    rank) of the op rows that refer to them, plus ops without a signature."""
+    with TraceWriter(path, {"ranks": [0, 1], "world_size": 2}) as w:
+        ids = {name: w.add_signature(s.key()) for name, s in sigs.items()}
+        for rank in (0, 1):
+            mine = [(name, kind) for name, kind, r in use if r == rank]
+            rows = S.empty_ops(len(mine) + 2)
+            rows["kind"][:len(mine)] = [int(k) for _, k in mine]
+            rows["sig"][:len(mine)] = [ids[name] for name, _ in mine]
+            rows["kind"][len(mine):] = [int(OpKind.KERNEL), int(OpKind.COLLECTIVE)]   # no signature
+            w.append_ops(rank, rows)
+
+
+def kernel_keys(*paths) -> set[str]:
+    """Signatures the kernel and copy rows of the traces refer to, read straight from the tables."""
+    out = set()
+    for p in paths:
+        with TraceReader(p) as r:
+            for rank in r.ranks:
+                ops = r.ops(rank)
+                sel = np.isin(ops["kind"], [int(OpKind.KERNEL), int(OpKind.MEMCPY)]) & (ops["sig"] >= 0)
+                out |= {r.signatures[i] for i in ops["sig"][sel].tolist()}
+    return out
+
+
+class FakeMeasure:
+    """Stands in for the GPU: samples from a counter, so a re-measurement records different values."""
+
+    def __init__(self):
+        self.calls: list[tuple[str, int, int]] = []
+
+    def __call__(self, sig, iters, warmup):
+        self.calls.append((sig.key(), iters, warmup))
+        base = float(len(self.calls))
+        return [base, base + 1.0, base + 2.0]
+
+
+@pytest.fixture
+def traces(tmp_path):
+    a, b = tmp_path / "a.h5", tmp_path / "b.h5"
+    s = sigs_a()
+    write_trace(a, s, [("mm", OpKind.KERNEL, 0), ("mm", OpKind.KERNEL, 1), ("add", OpKind.KERNEL, 1),
+                       ("view", OpKind.KERNEL, 0), ("copy", OpKind.MEMCPY, 0)])
+    extra = {"bmm": signature_of(aten.bmm.default, (T(4, 64, 32), T(4, 32, 16))), "mm": s["mm"]}
+    write_trace(b, extra, [("bmm", OpKind.KERNEL, 0), ("mm", OpKind.KERNEL, 1)])
+    return a, b
+
+
+def measurable(keys: set[str]) -> set[str]:
+    return {k for k in keys if classify(Signature.from_key(k).op) not in NO_KERNEL
+            and not work(Signature.from_key(k)).is_view}
+
+
+def test_measures_exactly_the_kernel_signatures_of_the_traces(traces, tmp_path):
+    a, b = traces
+    fake = FakeMeasure()
+    lines = []
+    run = profile_traces([a, b], tmp_path / "p.h5", gpu=GPU, measure=fake, device=DEVICE, warmup=2, iters=7,
+                         echo=lines.append)
+    expected = measurable(kernel_keys(a, b))
+    assert sigs_a()["unused"].key() not in kernel_keys(a, b)          # in the table, used by no op
+    assert sigs_a()["view"].key() in kernel_keys(a, b) and sigs_a()["view"].key() not in expected
+    measured = [k for k, _, _ in fake.calls]
+    assert len(measured) == len(set(measured)) and set(measured) == expected == set(run.measured)
+    assert all(it == 7 and wu == 2 for _, it, wu in fake.calls)
+    db = ProfileDB.open(tmp_path / "p.h5")
+    assert {k for k, _ in db.items()} == expected and db.gpu == GPU
+    assert db.meta["driver"] == DEVICE[1] and db.meta["torch_version"] == DEVICE[2]
+    # one progress line per distinct signature, n/total, then the summary
+    progress = [line for line in lines if line.startswith("[")]
+    total = len(kernel_keys(a, b))
+    assert [line.split("]")[0] for line in progress] == [f"[{i}/{total}" for i in range(1, total + 1)]
+    assert "failed 0" in lines[-1] and f"holds {len(expected)} signature(s)" in lines[-1]
+    for key, _, _ in fake.calls:                                        # the median of the fake's samples
+        rec = db.lookup(key)
+        assert rec.median_us == rec.p10_us + (rec.p90_us - rec.p10_us) / 2 and rec.count == 3
+
+
+def test_merging_skips_known_signatures_and_force_remeasures(traces, tmp_path):
+    a, b = traces
+    out = tmp_path / "p.h5"
+    first = FakeMeasure()
+    profile_traces([a], out, gpu=GPU, measure=first, device=DEVICE, echo=lambda s: None)
+    before = dict(ProfileDB.open(out).items())
+    again = FakeMeasure()
+    run = profile_traces([a, b], out, measure=again, device=DEVICE, echo=lambda s: None)   # gpu from the file
+    new = measurable(kernel_keys(b)) - measurable(kernel_keys(a))
+    assert new and {k for k, _, _ in again.calls} == new
+    assert run.already == len(measurable(kernel_keys(a)))          # everything of a was measured before
+    after = dict(ProfileDB.open(out).items())
+    assert {k: after[k] for k in before} == before and set(after) == set(before) | new
+    forced = FakeMeasure()
+    forced.calls = [("", 0, 0)] * 100                                   # other sample values than before
+    profile_traces([a], out, gpu=GPU, force=True, measure=forced, device=DEVICE, echo=lambda s: None)
+    final = dict(ProfileDB.open(out).items())
+    assert {k for k, _, _ in forced.calls[100:]} == set(before)
+    assert all(final[k] != before[k] for k in before) and all(final[k] == after[k] for k in new)
+
+
+def test_database_of_another_gpu_is_refused(traces, tmp_path):
+    a, _ = traces
+    out = tmp_path / "p.h5"
+    profile_traces([a], out, gpu=GPU, measure=FakeMeasure(), device=DEVICE, echo=lambda s: None)
+    with pytest.raises(PhantoraError, match="profile of h100-sxm-80gb"):
+        profile_traces([a], out, gpu="a100-sxm-80gb", measure=FakeMeasure(), device=DEVICE, echo=lambda s: None)
+
+
+def test_failures_are_reported_not_fatal(traces, tmp_path):
+    a, _ = traces
+
+    def flaky(sig, iters, warmup):
+        if sig.op == "aten.add.Tensor":
+            raise PhantoraError("cannot measure aten.add.Tensor: out of memory")
+        return [1.0]
+
+    lines = []
+    run = profile_traces([a], tmp_path / "p.h5", gpu=GPU, measure=flaky, device=DEVICE, echo=lines.append)
+    assert [k for k, _ in run.failed] == [sigs_a()["add"].key()]
+    assert any("failed: cannot measure aten.add.Tensor" in line for line in lines)
+    assert sigs_a()["add"].key() not in ProfileDB.open(tmp_path / "p.h5")
+
+
+def test_gpu_preset_from_the_device_name():
+    # every preset whose display name no other preset shares is found from it
+    names = {g: load_gpu(g).display_name for g in list_gpus()}
+    for g, shown in names.items():
+        if list(names.values()).count(shown) == 1:
+            assert guess_gpu(shown) == g
+    assert guess_gpu("Some Other Accelerator 9000") is None
+
+
+def test_cli_progress_and_summary(traces, tmp_path, monkeypatch):
+    a, b = traces
+    fake = FakeMeasure()
+    monkeypatch.setattr(profile_cmd, "_live_measure", fake)
+    monkeypatch.setattr(profile_cmd, "_local_facts", lambda: DEVICE)
+    res = CliRunner().invoke(profile_command, [str(a), str(b), "--out", str(tmp_path / "p.h5"), "--iters", "5"])
+    assert res.exit_code == 0, res.output
+    assert len(fake.calls) == len(measurable(kernel_keys(a, b)))
+    assert f"as {GPU}" in res.output.splitlines()[0]                    # guessed from the device name
+    mm = sigs_a()["mm"]
+    assert describe(mm) in res.output and "measured" in res.output.splitlines()[-1]
+    db = ProfileDB.open(tmp_path / "p.h5")
+    assert "phantora profile" in db.meta["command"] and "--iters 5" in db.meta["command"]
+
+
+def test_model_form_is_not_there_yet(traces, tmp_path):
+    a, _ = traces
+    res = CliRunner().invoke(profile_command, [str(a), "--out", str(tmp_path / "p.h5"), "--model", "llama3-8b"])
+    assert res.exit_code != 0 and "not supported yet" in res.output and "Traceback" not in res.output
+
+
+@pytest.mark.skipif(cuda_available(), reason="checks the behaviour without a CUDA GPU")
+def test_without_a_gpu_one_clear_line(traces, tmp_path):
+    a, _ = traces
+    res = CliRunner().invoke(profile_command, [str(a), "--out", str(tmp_path / "p.h5")])
+    assert res.exit_code != 0
+    assert res.output.count("\n") == 1 and "CUDA GPU" in res.output and "Traceback" not in res.output
+    assert not (tmp_path / "p.h5").exists()
