@@ -320,6 +320,29 @@ def _register() -> None:
     main.add_command(run_cmd)
     main.add_command(groundtruth_group)
     main.add_command(assets_cmd)
+    main.add_command(_LazyCommand("profile", "phantora.costmodel.profile_cmd", "profile_command",
+                                  "Measure every kernel signature of traces on the local CUDA GPU into a profile DB."))
+
+
+class _LazyCommand(click.Command):
+    """A sub-command whose module is imported only when it runs (or shows its help)."""
+
+    def __init__(self, name: str, module: str, attr: str, short_help: str):
+        super().__init__(name, short_help=short_help, context_settings={"ignore_unknown_options": True,
+                                                                        "allow_extra_args": True,
+                                                                        "help_option_names": []})
+        self._target = (module, attr)
+
+    def _load(self) -> click.Command:
+        import importlib
+        return getattr(importlib.import_module(self._target[0]), self._target[1])
+
+    def invoke(self, ctx):
+        cmd = self._load()
+        return cmd.main(args=ctx.args, prog_name=ctx.command_path, standalone_mode=False)
+
+    def get_help(self, ctx):
+        return self._load().get_help(ctx)
 
 
 _register()

@@ -171,6 +171,9 @@ class LiveRunner:
         if not case.runnable:
             raise CaseFailed(case.unsupported or "the case has no workload command")
         workdir.mkdir(parents=True, exist_ok=True)
+        if case.record.workload.framework == "torchtitan":
+            from .torchtitan import prepare_assets
+            prepare_assets(case.record.workload.model)
         trace, summary, log = workdir / "trace.h5", workdir / "summary.json", workdir / "run.log"
         summary.unlink(missing_ok=True)
         cmd = self.command(case, trace, summary)

@@ -7,28 +7,32 @@ puts after `phantora run ... --`.
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 from phantora.errors import PhantoraError
 from phantora.groundtruth.schema import Record
 
-# model preset -> (TorchTitan --module, --config) in TorchTitan 0.3.0's config registry.
-MODEL_CONFIGS: dict[str, tuple[str, str]] = {
-    "llama3-8b": ("llama3", "llama3_8b"),
-    "llama3-70b": ("llama3", "llama3_70b"),
-    "llama3-405b": ("llama3", "llama3_405b"),
-    "llama3-debug": ("llama3", "llama3_debugmodel"),
-}
-
 STEPS = 6            # optimizer steps per simulated run: the first is set-up, the rest give the median iteration
 
-# Flags every simulated run needs (no checkpoints, evaluation, profiler or TensorBoard; the FSDP path that works on
-# torch 2.13; no CUDA graphs).
-HOUSEKEEPING = [
-    "--checkpoint.no-enable", "--validator.no-enable", "--profiler.no-enable-profiling",
-    "--metrics.no-enable-tensorboard", "--metrics.log_freq", "1",
-    "--parallelism.spmd_backend", "partial_dtensor", "--training.disable_cuda_graphs",
-]
+# record's activation checkpointing -> TorchTitan 0.3.0's sub-command (its selective AC is per-op only)
+AC_COMMANDS = {"none": "none", "full": "full", "selective-op": "selective"}
 
-PRECISION_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "tf32": "float32"}
+
+def assets_root() -> Path:
+    """Where the local tokenizer and dataset of each model are written (once) for the simulated runs."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "phantora" / "torchtitan-assets"
+
+
+def prepare_assets(model: str) -> Path:
+    """The assets directory of `model`, written now if missing (`phantora assets torchtitan`)."""
+    from phantora.assets import write_torchtitan_assets
+
+    out = assets_root() / model
+    if not (out / "tokenizer").exists():
+        write_torchtitan_assets(out, model=model)
+    return out
 
 
 class UnsupportedCase(PhantoraError):
@@ -36,37 +40,29 @@ class UnsupportedCase(PhantoraError):
 
 
 def torchtitan_args(record: Record, *, steps: int = STEPS) -> list[str]:
-    """TorchTitan flags for the record's model, batch, sequence length, parallelism, checkpointing and precision."""
+    """TorchTitan flags for the record's model, batch, sequence length, parallelism and checkpointing (through
+    `phantora.frameworks.torchtitan_argv`, which holds the model configs and the flags of a simulated run)."""
+    from phantora.frameworks import load_framework, torchtitan_argv
+
     wl = record.workload
-    if wl.model not in MODEL_CONFIGS:
-        raise UnsupportedCase(f"no TorchTitan 0.3.0 config for model preset '{wl.model}' (known: "
-                              f"{', '.join(sorted(MODEL_CONFIGS))}); add it to MODEL_CONFIGS in validation/torchtitan.py")
-    module, config = MODEL_CONFIGS[wl.model]
-    p = wl.parallelism
-    args = ["--module", module, "--config", config,
-            "--training.local_batch_size", str(wl.micro_batch),
-            "--training.global_batch_size", str(wl.global_batch),
-            "--training.seq_len", str(wl.seq_len),
-            "--training.steps", str(steps),
-            "--training.mixed_precision_param", PRECISION_DTYPES[wl.precision],
-            "--parallelism.data_parallel_shard_degree", str(p.dp_shard),
-            "--parallelism.data_parallel_replicate_degree", str(p.dp_replicate),
-            "--parallelism.tensor_parallel_degree", str(p.tp),
-            "--parallelism.pipeline_parallel_degree", str(p.pp),
-            "--parallelism.context_parallel_degree", str(p.cp),
-            "--parallelism.expert_parallel_degree", str(p.ep)]
-    ac = wl.activation_checkpointing
-    if ac in ("none", "full"):
-        args += ["--activation_checkpoint.mode", ac]
-    else:
-        option = "op" if ac == "selective-op" else str(wl.ac_layer_period or 2)
-        args += ["--activation_checkpoint.mode", "selective", "--activation_checkpoint.selective_ac_option", option]
+    recipe = load_framework("torchtitan").recipe(wl.model)
+    if not recipe.supported:
+        raise UnsupportedCase(f"TorchTitan 0.3.0 has no config for model preset '{wl.model}': {recipe.notes}")
     if wl.compile:
-        args += ["--compile.enable"]
+        raise UnsupportedCase("torch.compile is not simulated (compiled runs need a model of kernel fusion)")
     if wl.float8:
-        args += ["--model.converters", "float8", "--float8.enable_fsdp_float8_all_gather",
-                 "--float8.precompute_float8_dynamic_scale_for_fsdp"]
-    return args + HOUSEKEEPING
+        raise UnsupportedCase("Float8 training is not simulated")
+    ac = AC_COMMANDS.get(wl.activation_checkpointing)
+    if ac is None:
+        raise UnsupportedCase(f"activation checkpointing '{wl.activation_checkpointing}' has no TorchTitan 0.3.0 "
+                              f"equivalent (its selective AC is per-op)")
+    p = wl.parallelism
+    if p.ep > 1:
+        raise UnsupportedCase("expert parallelism is not mapped yet")
+    argv = torchtitan_argv(wl.model, assets_dir=assets_root() / wl.model, dp_shard=p.dp_shard, tp=p.tp, pp=p.pp,
+                           cp=p.cp, dp_replicate=p.dp_replicate, local_batch=wl.micro_batch, seq_len=wl.seq_len,
+                           ac=ac, steps=steps, python="python")
+    return argv[3:]      # without `python -m torchtitan.train`
 
 
 def torchtitan_command(record: Record, *, python: str = "python", steps: int = STEPS) -> list[str]:

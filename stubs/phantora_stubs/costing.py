@@ -2,12 +2,15 @@
 
 The cost model package (default `phantora.costmodel`, or the one named by `PHANTORA_COSTMODEL`) provides
 `<pkg>.signature.signature_of(func, args, kwargs) -> Signature` and `<pkg>.model.CostModel(gpu).estimate(sig) -> Cost`
-with fields `duration_s, flops, nbytes, family, source, is_view`. Costs are cached per signature.
+with fields `duration_s, flops, nbytes, family, source, is_view`; `<pkg>.select.default_cost_model(gpu, profile)`,
+when present, picks the measured profiles (the GPU's own, else a cross-GPU fallback; `PHANTORA_PROFILE` names a
+profile database explicitly). Costs are cached per signature.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -36,7 +39,11 @@ class Coster:
             raise StubConfigError(f"cost model package '{package}' (PHANTORA_COSTMODEL) cannot be imported: {exc}") \
                 from None
         self.signature_of = sigmod.signature_of
-        self.model = modelmod.CostModel(gpu)
+        try:   # the package's default choice of measured profiles (own GPU's, else a cross-GPU fallback)
+            select = importlib.import_module(f"{package}.select")
+            self.model = select.default_cost_model(gpu, os.environ.get("PHANTORA_PROFILE") or None)
+        except ImportError:
+            self.model = modelmod.CostModel(gpu)
         self._intern = intern
         self._cache: dict[Any, Costed] = {}
 
