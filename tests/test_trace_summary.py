@@ -120,7 +120,7 @@ def test_summary_against_brute_force_on_random_timelines(tmp_path):
             peak = max(peak, level)
         assert entry["peak_memory"] == peak and entry["final_memory"] == level
 
-        marks = [float(row["issue"]) for row in rows if row["kind"] == int(OpKind.ITER_MARK)]
+        marks = [float(row["end"]) for row in rows if row["kind"] == int(OpKind.ITER_MARK)]   # documented: end
         assert entry["iterations"] == marks
         assert entry["iteration_times"] == pytest.approx([b - a for a, b in zip(marks, marks[1:])])
 

@@ -66,6 +66,16 @@ class _Event:
         self.waiters: list = []
 
 
+class _Mark:
+    """An iteration mark waiting for the streams that had work when it was issued."""
+    __slots__ = ("issue", "time", "remaining")
+
+    def __init__(self, issue: float):
+        self.issue = issue
+        self.time = issue
+        self.remaining = 0
+
+
 class _Stream:
     __slots__ = ("sid", "tail", "blocked", "pending")
 
@@ -393,10 +403,31 @@ class Engine:
             rs.allocator.free(op.arg)
             rs.emit((idx, op, rs.cpu, rs.cpu, rs.cpu, -1))
         elif k == K.ITER_MARK:
-            rs.iterations.append(rs.cpu)
-            rs.emit((idx, op, rs.cpu, rs.cpu, rs.cpu, -1))
+            self._mark_iteration(rs, idx, op)
         else:  # CPU
             rs.emit((idx, op, rs.cpu, rs.cpu, rs.cpu, -1))
+
+    def _mark_iteration(self, rs: _Rank, idx: int, op: Op) -> None:
+        """An iteration ends when the host has issued it and the GPU has finished all the work issued before: a
+        marker joins the queue of every stream that still has work, and the last one to run closes the iteration."""
+        mark = _Mark(rs.cpu)
+        busy = []
+        for st in rs.streams.values():
+            if st.blocked or st.pending:
+                busy.append(st)
+            elif st.tail > mark.time:
+                mark.time = st.tail
+        if not busy:
+            self._close_mark(rs, idx, op, mark)
+            return
+        mark.remaining = len(busy)
+        for st in busy:
+            st.pending.append((idx, op, rs.cpu, mark))
+
+    @staticmethod
+    def _close_mark(rs: _Rank, idx: int, op: Op, mark: "_Mark") -> None:
+        rs.iterations.append(mark.time)
+        rs.emit((idx, op, mark.issue, mark.issue, mark.time, -1))
 
     def _block(self, rs: _Rank, what: tuple, idx: int, op: Op) -> None:
         rs.waiting = what
@@ -508,6 +539,12 @@ class Engine:
             st.blocked = True
             ready = issue if issue > st.tail else st.tail
             self._arrive(rs, st, item, ready)
+        elif k == K.ITER_MARK:
+            if st.tail > extra.time:
+                extra.time = st.tail
+            extra.remaining -= 1
+            if extra.remaining == 0:
+                self._close_mark(rs, idx, op, extra)
         else:  # a batch of sends/receives (SEND, RECV or GROUP_END)
             st.blocked = True
             ready = issue if issue > st.tail else st.tail

@@ -22,7 +22,8 @@ class OpKind(IntEnum):
     SYNC_EVENT = 9      # host waits for event `arg`
     ALLOC = 10          # caching-allocator request of `nbytes`, block id `arg`
     FREE = 11           # free of block id `arg`
-    ITER_MARK = 12      # iteration boundary (an optimizer step, or an explicit mark)
+    ITER_MARK = 12      # iteration boundary (an optimizer step): ends when the host issued it and the GPU work before
+                        # it is done
     CPU = 13            # only advances the CPU clock by `cpu_delta`
     GROUP_START = 14    # batch of p2p ops begins (ncclGroupStart): sends/recvs until GROUP_END start together
     GROUP_END = 15

@@ -227,7 +227,7 @@ class Recorder:
             self._memory(rank, rows, alloc, mem)
         rows["mem_delta"] = mem
         if self.writer is not None:
-            for t in rows["issue"][kind == _ITER].tolist():
+            for t in rows["end"][kind == _ITER].tolist():    # the iteration's end: host and GPU done
                 self.writer.mark_iteration(rank, t)
         self._link(rank, base, kind, rows["arg"])
 

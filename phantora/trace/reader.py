@@ -165,14 +165,14 @@ class TraceReader:
         return self._read_rows(ds, 0, len(ds), S.OP_DTYPE, f"the ops of rank {rank}", self._pool())
 
     def iterations(self, rank: int, ops: np.ndarray | None = None) -> np.ndarray:
-        """Iteration-mark times of `rank` (s): the writer's marks, else the issue times of its ITER_MARK ops
+        """Iteration-mark times of `rank` (s): the writer's marks, else the end times of its ITER_MARK ops
         (taken from `ops` when the caller already read them)."""
         ds = self._rank_dataset(rank, S.ITERATIONS)
         if ds is not None and len(ds):
             return self._read(ds, slice(None), S.ITER_DTYPE, f"the iterations of rank {rank}")
         if ops is None:
             ops = self.ops(rank)
-        return ops["issue"][ops["kind"] == int(OpKind.ITER_MARK)].astype(S.ITER_DTYPE)
+        return ops["end"][ops["kind"] == int(OpKind.ITER_MARK)].astype(S.ITER_DTYPE)
 
     def iter_ops(self, rank: int) -> Iterator[Op]:
         """`rank`'s ops as engine `Op` objects in program order, read block by block."""

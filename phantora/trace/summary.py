@@ -48,7 +48,7 @@ def union_length(starts: np.ndarray, ends: np.ndarray) -> float:
 
 def summarize_ops(ops: np.ndarray, names: list[str], iterations: np.ndarray | None = None,
                   top: int = DEFAULT_TOP) -> dict[str, Any]:
-    """Summary of one rank's op rows (schema.OP_DTYPE); `iterations` defaults to its ITER_MARK issue times."""
+    """Summary of one rank's op rows (schema.OP_DTYPE); `iterations` defaults to its ITER_MARK end times."""
     kind = ops["kind"]
     gpu = np.isin(kind, [int(k) for k in S.GPU_KINDS])
     comp = kind == int(OpKind.KERNEL)
@@ -68,7 +68,7 @@ def summarize_ops(ops: np.ndarray, names: list[str], iterations: np.ndarray | No
     exposed = max(0.0, union_length(start[both], end[both]) - compute)
 
     if iterations is None:
-        iterations = ops["issue"][kind == int(OpKind.ITER_MARK)]
+        iterations = ops["end"][kind == int(OpKind.ITER_MARK)]
     iterations = np.asarray(iterations, np.float64)
     steps = np.diff(iterations)
 
