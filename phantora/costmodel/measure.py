@@ -72,6 +72,9 @@ def resolve_op(name: str) -> Any:
     import torch
 
     parts = name.split(".")
+    if parts[0] == "fsdp":
+        # FSDP2's copy-in / chunk-cat ops are registered when its collectives module is imported
+        import torch.distributed.fsdp._fully_shard._fsdp_collectives  # noqa: F401
     try:
         if parts[0] == "higher_order":
             return getattr(torch.ops.higher_order, parts[1])
@@ -213,6 +216,10 @@ def build_inputs(sig: Signature, device: str = "cuda", seed: int = 0) -> tuple[l
             given = True
         elif a.name in scalars:
             v = _convert_scalar(a.name, scalars[a.name], device)
+            if isinstance(v, (int, float)) and str(a.type).startswith("List"):
+                # a scalar list recorded by its value (`_foreach_*.ScalarList`): one per tensor of the first list
+                n = next((len(x) for x in args if isinstance(x, list)), 1)
+                v = [v] * n
             given = True
         elif _is_tensor_list(a):
             v, given = [], not _has_default(a)
