@@ -15,11 +15,13 @@ from phantora.errors import PhantoraError
 from phantora.groundtruth.schema import Record
 from phantora.groundtruth.store import list_suites, load_suite
 
+from .reference import reference_command
 from .torchtitan import UnsupportedCase, torchtitan_command
 
 # framework -> function building the training command from a record
 WORKLOAD_COMMANDS: dict[str, Callable[[Record], list[str]]] = {
     "torchtitan": torchtitan_command,
+    "phantora-llama": reference_command,
 }
 
 
