@@ -3,7 +3,6 @@ them together and turns PhantoraError into a one-line message and exit status 2.
 
 from __future__ import annotations
 
-import functools
 import json
 import sys
 from pathlib import Path
@@ -11,18 +10,8 @@ from pathlib import Path
 import click
 
 from . import __version__
+from .clitools import user_errors
 from .errors import PhantoraError
-
-
-def user_errors(fn):
-    """Report PhantoraError as `Error: ...` without a traceback."""
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except PhantoraError as exc:
-            raise click.ClickException(str(exc)) from None
-    return wrapper
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})

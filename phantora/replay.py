@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from . import throughput
 from .cluster import ClusterSpec, apply_overrides, cluster_from_table, load_cluster
 from .engine.core import Engine
 from .engine.ops import OpKind
@@ -53,16 +54,11 @@ class ReplayResult:
 
     @property
     def tokens_per_s_per_gpu(self) -> float | None:
-        if not self.tokens_per_iteration or not self.iterations_s:
-            return None
-        return self.tokens_per_iteration / self.iteration_s / self.world_size
+        return throughput.tokens_per_s_per_gpu(self.tokens_per_iteration, self.iteration_s if self.iterations_s else None, self.world_size)
 
     @property
     def mfu(self) -> float | None:
-        tps = self.tokens_per_s_per_gpu
-        if tps is None or not self.flops_per_token or not self.peak_flops:
-            return None
-        return tps * self.flops_per_token / self.peak_flops
+        return throughput.mfu(self.tokens_per_s_per_gpu, self.flops_per_token, self.peak_flops)
 
     def as_dict(self) -> dict:
         return {"cluster": self.cluster, "gpu": self.gpu, "world_size": self.world_size,

@@ -2,23 +2,12 @@
 
 from __future__ import annotations
 
-import functools
 import json
 
 import click
 
+from ..clitools import user_errors as _user_errors
 from ..errors import PhantoraError
-
-
-def _user_errors(fn):
-    """Report PhantoraError as `Error: ...` (exit status 1) without a traceback."""
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except PhantoraError as exc:
-            raise click.ClickException(str(exc)) from None
-    return wrapper
 
 
 @click.group("groundtruth")

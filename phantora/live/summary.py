@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from ..engine.ops import OpKind
+from .. import throughput
 from ..replay import iteration_times
 
 
@@ -69,16 +70,11 @@ class RunSummary:
 
     @property
     def tokens_per_s_per_gpu(self) -> float | None:
-        if not self.iteration_s or not self.tokens_per_iteration:
-            return None
-        return self.tokens_per_iteration / self.iteration_s / self.world_size
+        return throughput.tokens_per_s_per_gpu(self.tokens_per_iteration, self.iteration_s, self.world_size)
 
     @property
     def mfu(self) -> float | None:
-        tps = self.tokens_per_s_per_gpu
-        if tps is None or not self.flops_per_token or not self.peak_flops:
-            return None
-        return tps * self.flops_per_token / self.peak_flops
+        return throughput.mfu(self.tokens_per_s_per_gpu, self.flops_per_token, self.peak_flops)
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
