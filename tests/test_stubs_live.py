@@ -25,23 +25,6 @@ sys.path.insert(0, str(ROOT / "stubs"))
 from phantora_stubs import build  # noqa: E402  (no torch import: safe in the test process)
 
 
-@pytest.fixture(scope="session")
-def stub_cache(tmp_path_factory) -> Path:
-    """A private cache with the fake CUDA library built once (compiled only; never loaded in this process)."""
-    cache = tmp_path_factory.mktemp("phantora-cache")
-    torch_install = build.find_torch()
-    old = os.environ.get("XDG_CACHE_HOME")
-    os.environ["XDG_CACHE_HOME"] = str(cache)
-    try:
-        build.build(torch_install, build.library_path(torch_install))
-    finally:
-        if old is None:
-            os.environ.pop("XDG_CACHE_HOME", None)
-        else:
-            os.environ["XDG_CACHE_HOME"] = old
-    return cache
-
-
 def rank_env(cache: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PHANTORA_") or k == "PHANTORA_FAKE_CUDA"}
     env.update(PYTHONPATH=f"{ROOT / 'stubs'}{os.pathsep}{ROOT}", PHANTORA_RANK="0", PHANTORA_WORLD_SIZE="1",

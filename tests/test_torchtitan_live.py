@@ -45,22 +45,6 @@ PEAK_RE = re.compile(r"Peak FLOPS used for computing MFU:\s*([\d.e+]+)")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
-@pytest.fixture(scope="module")
-def stub_cache(tmp_path_factory) -> Path:
-    cache = tmp_path_factory.mktemp("phantora-cache")
-    torch_install = build.find_torch()
-    old = os.environ.get("XDG_CACHE_HOME")
-    os.environ["XDG_CACHE_HOME"] = str(cache)
-    try:
-        build.build(torch_install, build.library_path(torch_install))
-    finally:
-        if old is None:
-            os.environ.pop("XDG_CACHE_HOME", None)
-        else:
-            os.environ["XDG_CACHE_HOME"] = old
-    return cache
-
-
 def run_rank(argv: list[str], cache: Path, cwd: Path, timeout: int) -> str:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PHANTORA_")}
     env.update(PYTHONPATH=f"{ROOT / 'stubs'}{os.pathsep}{ROOT}", PHANTORA_RANK="0", PHANTORA_WORLD_SIZE=str(WORLD),
