@@ -22,7 +22,7 @@ WORKLOAD = ROOT / "presets" / "workloads" / "llama.py"
 
 @pytest.fixture(autouse=True)
 def _only_when_benchmarking(request):
-    if request.config.getoption("benchmark_disable", default=True):
+    if not request.config.getoption("benchmark_enable", default=False):
         pytest.skip("live benchmarks run only with --benchmark-enable")
 
 
