@@ -97,7 +97,12 @@ def test_presets_name_real_torchtitan_configs():
     for model, r in fw.models.items():
         if not r.supported:
             continue
-        source = root / "models" / r.module / "config_registry.py"
+        if "." in r.module:       # a fully qualified module of ours (TorchTitan imports it by path)
+            spec = importlib.util.find_spec(r.module)
+            assert spec is not None, f"{model}: no module {r.module}"
+            source = Path(spec.origin)
+        else:
+            source = root / "models" / r.module / "config_registry.py"
         assert source.exists(), f"{model}: torchtitan has no module {r.module}"
         names = {n.name for n in ast.parse(source.read_text()).body if isinstance(n, ast.FunctionDef)}
         assert r.config in names, f"{model}: {r.module} has no config {r.config}"
