@@ -225,3 +225,24 @@ def test_idle_network_shortcut_matches_the_full_flow_simulation(monkeypatch, rep
     for x, y in zip(a, b):
         assert x[3:6] == pytest.approx(y[3:6], rel=1e-9, abs=1e-12)
     assert [c["end"] for c in fast.collectives] == pytest.approx([c["end"] for c in full.collectives], rel=1e-9)
+
+
+def test_an_iteration_ends_when_the_gpu_finishes_the_work_issued_before_its_mark():
+    """No host sync in the loop: the host runs ahead, and the iteration boundary is the GPU's completion of the
+    step (what a synchronize after the optimizer step would return), so a GPU-bound loop's iterations last exactly
+    its kernels; kernels issued after a mark do not delay it."""
+    spec = load_cluster("h100-hgx")
+    d = 5e-3                                      # far longer than the host's launch overhead
+    step = [Op(K.KERNEL, stream=0, duration=d), Op(K.KERNEL, stream=7, duration=2 * d), Op(K.ITER_MARK)]
+    eng, recs = run(spec, {0: step * 4}, simulated=[0])
+    marks = eng.ranks[0].iterations
+    assert len(marks) == 4
+    # each mark waits for the longer (stream 7) kernel of its step; stream 7's first kernel starts once the host
+    # has launched two kernels, then they run back to back
+    launch = spec.host.launch_overhead_us * 1e-6
+    for k, t in enumerate(marks):
+        assert t == pytest.approx(2 * launch + (k + 1) * 2 * d, rel=1e-9)
+    assert [b - a for a, b in zip(marks, marks[1:])] == pytest.approx([2 * d] * 3, rel=1e-9)
+    # the host issued every mark long before
+    issued = [r[4] for r in by_rank(recs, 0) if r[2].kind == K.ITER_MARK]
+    assert max(issued) < marks[0]

@@ -56,13 +56,6 @@ class RemoteRuntime(Runtime):
         self._closed = False
 
     # -- interface ------------------------------------------------------------------------------------------------
-    @property
-    def allocator(self) -> CachingAllocatorModel:
-        return self._allocator
-
-    def now(self) -> float:
-        return self._cpu
-
     def advance_cpu(self, seconds: float) -> None:
         if seconds > 0:
             self._pending_cpu += seconds

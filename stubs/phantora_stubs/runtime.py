@@ -40,14 +40,17 @@ class Runtime(abc.ABC):
     world_size: int
     local_rank: int
 
+    _allocator: CachingAllocatorModel
+    _cpu: float
+
     @property
-    @abc.abstractmethod
     def allocator(self) -> CachingAllocatorModel:
         """The rank's device-memory model: alloc(nbytes, block_id) / free(block_id) / stats."""
+        return self._allocator
 
-    @abc.abstractmethod
     def now(self) -> float:
         """The rank's virtual CPU time, seconds."""
+        return self._cpu
 
     @abc.abstractmethod
     def advance_cpu(self, seconds: float) -> None:
@@ -123,13 +126,6 @@ class LocalRuntime(Runtime):
         self._oplog = open(oplog, "w") if oplog else None   # noqa: SIM115 - streamed until close()
 
     # -- interface --------------------------------------------------------------------------------------------
-    @property
-    def allocator(self) -> CachingAllocatorModel:
-        return self._allocator
-
-    def now(self) -> float:
-        return self._cpu
-
     def advance_cpu(self, seconds: float) -> None:
         if seconds > 0:
             self._cpu += seconds
