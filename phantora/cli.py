@@ -150,6 +150,8 @@ def _replay_options(fn):
         click.option("--gpu", default=None, help="GPU preset to re-cost kernels on (e.g. a100-sxm-80gb)."),
         click.option("--profile", default=None, type=click.Path(exists=True, dir_okay=False),
                      help="Measured profile database (HDF5) to cost kernels from."),
+        click.option("--recost", is_flag=True,
+                     help="Re-cost kernels from today's profiles even on the recorded GPU."),
         click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
                      help="Override any cluster field, e.g. net.inter_node_gbps=100."),
         click.option("--algo", type=click.Choice(["ring", "tree"]), default=None, help="Force a collective algorithm."),
@@ -188,7 +190,7 @@ def _fmt_result(r) -> str:
 @click.option("--out", default=None, type=click.Path(dir_okay=False), help="Write the replayed timeline as a new trace.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @user_errors
-def replay_cmd(trace, cluster, nodes, gpus_per_node, gpu, profile, overrides, algo, proto, out, as_json):
+def replay_cmd(trace, cluster, nodes, gpus_per_node, gpu, profile, recost, overrides, algo, proto, out, as_json):
     """Re-simulate a trace under another cluster, GPU or collective algorithm.
 
     \b
@@ -200,7 +202,7 @@ def replay_cmd(trace, cluster, nodes, gpus_per_node, gpu, profile, overrides, al
     from .replay import replay
 
     r = replay(trace, cluster=cluster, nodes=nodes, gpus_per_node=gpus_per_node, gpu=gpu, profile=profile,
-               overrides=tuple(overrides), out=out, algo=algo, proto=proto)
+               overrides=tuple(overrides), out=out, algo=algo, proto=proto, recost=recost)
     if as_json:
         click.echo(json.dumps(r.as_dict(), indent=1))
     else:
@@ -214,7 +216,8 @@ def replay_cmd(trace, cluster, nodes, gpus_per_node, gpu, profile, overrides, al
 @click.option("--plot", default=None, type=click.Path(dir_okay=False), help="Write a PNG plot of the results.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 @user_errors
-def sweep_cmd(trace, vary, cluster, nodes, gpus_per_node, gpu, profile, overrides, algo, proto, plot, as_json):
+def sweep_cmd(trace, vary, cluster, nodes, gpus_per_node, gpu, profile, recost, overrides, algo, proto, plot,
+              as_json):
     """Replay a trace once per value of one cluster field and compare iteration times.
 
     \b
@@ -231,7 +234,7 @@ def sweep_cmd(trace, vary, cluster, nodes, gpus_per_node, gpu, profile, override
     for i, v in enumerate(vals):
         click.echo(f"[{i + 1}/{len(vals)}] {key}={v}", err=True)
         r = replay(trace, cluster=cluster, nodes=nodes, gpus_per_node=gpus_per_node, gpu=gpu, profile=profile,
-                   overrides=tuple(overrides) + (f"{key}={v}",), algo=algo, proto=proto)
+                   overrides=tuple(overrides) + (f"{key}={v}",), algo=algo, proto=proto, recost=recost)
         results.append((v, r))
     if as_json:
         click.echo(json.dumps([{"value": v, **r.as_dict()} for v, r in results], indent=1))

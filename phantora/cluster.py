@@ -8,6 +8,7 @@ for any field (e.g. `net.inter_node_gbps=100`).
 from __future__ import annotations
 
 import dataclasses
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -85,6 +86,24 @@ class HostSpec:
     cpu_time_scale: float = 1.0            # measured framework CPU time is multiplied by this (slower/faster hosts)
 
 
+SDPA_BACKENDS = ("cudnn", "flash", "efficient", "math")
+
+
+@dataclass
+class SoftwareSpec:
+    """The CUDA software stack of the simulated run, for the kernel choices the ranks make (docs/stubs.md)."""
+    torch_cuda: str = ""                   # torch release ("2.6") whose CUDA kernel choices are emulated; "" = the ranks' own
+    sdpa: list[str] = field(default_factory=list)   # SDPA backends in priority order, overriding torch's and the script's
+
+    def validate(self) -> None:
+        if self.torch_cuda and not re.fullmatch(r"\d+\.\d+(\.\d+)?", self.torch_cuda):
+            raise PresetError(f"'{self.torch_cuda}' is not a torch release like 2.6 or 2.11.0",
+                              key="software.torch_cuda")
+        for b in self.sdpa:
+            if b not in SDPA_BACKENDS:
+                raise PresetError(f"unknown SDPA backend '{b}' ({', '.join(SDPA_BACKENDS)})", key="software.sdpa")
+
+
 @dataclass
 class NcclSpec:
     """Knobs of the collective model (NCCL_ALGO / NCCL_PROTO equivalents)."""
@@ -114,6 +133,7 @@ class ClusterSpec:
     net: NetSpec = field(default_factory=NetSpec)
     host: HostSpec = field(default_factory=HostSpec)
     nccl: NcclSpec = field(default_factory=NcclSpec)
+    software: SoftwareSpec = field(default_factory=SoftwareSpec)
     vram_gib: float = 0.0                  # overrides the GPU preset's memory when > 0
     source: str = ""                       # where the topology figures come from
 
@@ -129,6 +149,7 @@ class ClusterSpec:
             raise PresetError("gpus_per_node and nics_per_node must divide one another", key="net.nics_per_node")
         if self.intra.kind == "nvlink-mesh" and self.gpus_per_node > 8:
             raise PresetError("an NVLink mesh holds at most 8 GPUs", key="gpus_per_node")
+        self.software.validate()
 
     @property
     def world_size(self) -> int:
@@ -186,6 +207,17 @@ def load_cluster(name_or_path: str, *, nodes: int | None = None, gpus_per_node: 
         spec = apply_overrides(spec, changes, origin=str(path))
     spec.gpu_spec()  # the GPU must exist
     return spec
+
+
+def software_overrides(torch_cuda: str | None, sdpa: str | None) -> list[str]:
+    """`--set` overrides for the `--torch-cuda VERSION` and `--sdpa a,b,c` options of `phantora run`/`replay`."""
+    out = []
+    if torch_cuda:
+        out.append(f"software.torch_cuda={torch_cuda.strip()!r}")
+    if sdpa:
+        names = [n.strip() for n in sdpa.split(",") if n.strip()]
+        out.append("software.sdpa=[" + ", ".join(repr(n) for n in names) + "]")
+    return out
 
 
 def cluster_from_table(table: dict[str, Any], origin: str = "<table>") -> ClusterSpec:

@@ -1,7 +1,8 @@
 """Replay: rebuild each rank's op stream from a trace and run the engine under another cluster, GPU or algorithm.
 
-Kernels are re-costed from their signatures when the GPU changes or a profile database is given; otherwise their
-recorded durations are kept, so a replay on the recorded cluster reproduces the recorded timeline exactly.
+Kernels are re-costed from their signatures (the GPU's profile, else a same-architecture GPU's across, else the
+roofline: `costmodel.select.default_cost_model`, as in live runs) when the GPU changes, a profile database is given
+or `recost` is asked for (after the profiles were extended); otherwise their recorded durations are kept, so a replay on the recorded cluster reproduces the recorded timeline exactly.
 Collectives and transfers are always re-simulated on the (possibly new) network.
 """
 
@@ -101,7 +102,7 @@ def resolve_cluster(meta: dict, cluster: str | None, nodes: int | None, gpus_per
 
 def replay(trace: str | Path, *, cluster: str | None = None, nodes: int | None = None, gpus_per_node: int | None = None,
            gpu: str | None = None, profile: str | None = None, overrides: tuple[str, ...] = (), out: str | None = None,
-           algo: str | None = None, proto: str | None = None, progress=None) -> ReplayResult:
+           algo: str | None = None, proto: str | None = None, progress=None, recost: bool = False) -> ReplayResult:
     """Re-simulate `trace` (see the module docstring). `wall_s` (and so `ops_per_s`) covers reading the op tables,
     the simulation and building the new rows; with `out`, also writing them."""
     from .trace.reader import TraceReader
@@ -117,10 +118,10 @@ def replay(trace: str | Path, *, cluster: str | None = None, nodes: int | None =
                                 f"({spec.nodes} x {spec.gpus_per_node}); pick --nodes/--gpus-per-node to match")
         rank_map = meta.get("rank_map") or list(range(world))
         simulated = list(reader.ranks)
-        recost = None
         recorded_gpu = meta.get("gpu")
-        if profile or (spec.gpu != recorded_gpu and recorded_gpu is not None):
-            recost = _recoster(spec, reader.signatures, profile)
+        recoster = None
+        if recost or profile or (spec.gpu != recorded_gpu and recorded_gpu is not None):
+            recoster = _recoster(spec, reader.signatures, profile)
         writer = None
         if out is not None:
             out_meta = {k: v for k, v in meta.items() if k not in ("created", "versions")}   # this run's own
@@ -143,7 +144,7 @@ def replay(trace: str | Path, *, cluster: str | None = None, nodes: int | None =
         gc_was_enabled = gc.isenabled()
         gc.disable()
         try:
-            n_ops, wall, done, recorded = _simulate(reader, engine, recorder, simulated, recost, progress, trace)
+            n_ops, wall, done, recorded = _simulate(reader, engine, recorder, simulated, recoster, progress, trace)
         except BaseException as e:
             if writer is not None:
                 writer.close(error=f"{type(e).__name__}: {e}")
@@ -230,8 +231,9 @@ def _recoster(spec: ClusterSpec, signatures: list[str], profile: str | None):
                             "which this installation lacks") from None
     from .costmodel.signature import Signature
 
-    db = ProfileDB.open(profile) if profile else None
-    model = CostModel(spec.gpu_spec(), profile_db=db)
+    from .costmodel.select import default_cost_model
+
+    model = default_cost_model(spec.gpu_spec(), profile)
     cache: dict[int, tuple[float, int]] = {}
 
     def apply(ops):

@@ -309,3 +309,54 @@ def test_plain_import_torch_is_unaffected():
     assert out["sum"] == 3.0 and out["fake"] == "Tensor"
     if not build.find_torch().cuda_build:
         assert out["cuda"] is False
+
+
+# ---- kernel choices of a CUDA build ----------------------------------------------------------------------------------
+# What a real CUDA build ran for the reference workload (Llama 3 8B, 8 layers, bf16, torch 2.11 on an H100), from
+# torch.profiler: groundtruth/insitu/h100-sxm-80gb/insitu-s4096-b2-none/ops.json.
+INSITU_OPS = ROOT / "groundtruth" / "insitu" / "h100-sxm-80gb" / "insitu-s4096-b2-none" / "ops.json"
+
+
+def _kernel_names(ops: list[dict]) -> set[str]:
+    return {op["name"].split(".")[1] for op in ops if op["kind"] == "KERNEL" and op["name"].startswith("aten.")}
+
+
+def _dispatch_run(stub_cache, tmp_path, **env) -> set[str]:
+    oplog = tmp_path / "ops.jsonl"
+    run_script("dispatch.py", stub_cache, oplog=oplog, **env)
+    return _kernel_names(read_oplog(oplog))
+
+
+def test_fused_kernels_match_what_a_cuda_build_launched(stub_cache, tmp_path):
+    real = {op["op"].removeprefix("aten::") for op in json.loads(INSITU_OPS.read_text())["ops"]}
+    names = _dispatch_run(stub_cache, tmp_path, PHANTORA_GPU="h100-sxm-80gb")
+    for fused in ("_fused_rms_norm", "_fused_rms_norm_backward", "silu_backward"):
+        assert fused in real and fused in names
+    # the decompositions a CPU-only torch would otherwise record: none ran on the GPU
+    for part in ("rsqrt", "pow", "sigmoid", "mean"):
+        assert part not in real and part not in names
+    # cuDNN attention on an H100 with torch >= 2.9, as the real run's _cudnn_attention_forward/backward
+    assert {"_cudnn_attention_forward", "_cudnn_attention_backward"} <= real
+    assert {"_scaled_dot_product_cudnn_attention", "_scaled_dot_product_cudnn_attention_backward"} <= names
+
+
+def test_an_older_torch_release_keeps_rmsnorm_composite_and_flash_first(stub_cache, tmp_path):
+    names = _dispatch_run(stub_cache, tmp_path, PHANTORA_GPU="h100-sxm-80gb", PHANTORA_TORCH_CUDA="2.6")
+    assert "_fused_rms_norm" not in names and "rsqrt" in names       # F.rms_norm had no fused kernel before 2.8
+    assert "silu_backward" in names
+    assert "_scaled_dot_product_flash_attention" in names
+    assert not any("cudnn" in n for n in names)
+
+
+def test_forced_sdpa_order_and_gpu_without_cudnn_preference(stub_cache, tmp_path):
+    forced = _dispatch_run(stub_cache, tmp_path, PHANTORA_GPU="h100-sxm-80gb", PHANTORA_SDPA="flash,efficient,math")
+    assert "_scaled_dot_product_flash_attention_backward" in forced and "_fused_rms_norm" in forced
+    a100 = _dispatch_run(stub_cache, tmp_path, PHANTORA_GPU="a100-sxm-80gb")     # sm80: flash first
+    assert "_scaled_dot_product_flash_attention" in a100 and not any("cudnn" in n for n in a100)
+
+
+def test_bad_sdpa_backend_is_a_clear_error(stub_cache):
+    proc = subprocess.run([sys.executable, str(SCRIPTS / "dispatch.py")],
+                          env=rank_env(stub_cache, PHANTORA_SDPA="flash,fast"), capture_output=True, text=True,
+                          timeout=300, cwd=str(ROOT))
+    assert proc.returncode != 0 and "unknown SDPA backend 'fast'" in proc.stderr

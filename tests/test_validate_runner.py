@@ -49,7 +49,13 @@ def test_torchtitan_command_follows_the_record():
         checked += 1
         args = case.command
         assert args[:3] == ["python", "-m", "torchtitan.train"]
-        assert flag(args, "--module") == fw.recipe(wl.model).module
+        # records of TorchTitan's 2024 runs use its 2024 recipe (causal SDPA, whole-logit loss) on 0.3.0's trainer
+        before_2025 = case.record.source.date < "2025-02-01"
+        module = "phantora.torchtitan_2024" if before_2025 else fw.recipe(wl.model).module
+        assert flag(args, "--module") == module
+        if before_2025:
+            assert flag(args, "--config") == wl.model.replace("-", "_")
+            assert case.run_options[case.run_options.index("--sdpa") + 1].startswith("flash")
         assert flag(args, "--training.local-batch-size") == str(wl.micro_batch)
         assert flag(args, "--training.seq-len") == str(wl.seq_len)
         assert flag(args, "--parallelism.data-parallel-shard-degree") == str(wl.parallelism.dp_shard)
@@ -69,6 +75,8 @@ def test_live_command_wraps_the_training_command():
     wl = case.record.workload
     assert float(flag(cmd, "--tokens-per-iteration")) == wl.global_batch * wl.seq_len
     assert cmd[cmd.index("--") + 1:] == case.command
+    for opt in case.run_options:                     # the software options come before the program
+        assert cmd.index(opt) < cmd.index("--")
 
 
 def test_unsupported_case_fails_without_running(tmp_path):

@@ -16,12 +16,16 @@ from phantora.groundtruth.schema import Record
 from phantora.groundtruth.store import list_suites, load_suite
 
 from .reference import reference_command
-from .torchtitan import UnsupportedCase, torchtitan_command
+from .torchtitan import UnsupportedCase, torchtitan_command, torchtitan_run_options
 
 # framework -> function building the training command from a record
 WORKLOAD_COMMANDS: dict[str, Callable[[Record], list[str]]] = {
     "torchtitan": torchtitan_command,
     "phantora-llama": reference_command,
+}
+# framework -> function giving the `phantora run` options of the record's software (torch release, SDPA order)
+RUN_OPTIONS: dict[str, Callable[[Record], list[str]]] = {
+    "torchtitan": torchtitan_run_options,
 }
 
 
@@ -34,6 +38,7 @@ class Case:
     nodes: int                     # hosts
     command: list[str] = field(default_factory=list)   # the training command; empty when unsupported
     unsupported: str = ""          # why there is no command
+    run_options: list[str] = field(default_factory=list)   # extra `phantora run` options (software emulated)
     path: Path | None = None       # the record's file
 
     @property
@@ -53,6 +58,8 @@ def case_from_record(record: Record, path: Path | None = None) -> Case:
         case.command = build(record)
     except UnsupportedCase as exc:
         case.unsupported = str(exc)
+    options = RUN_OPTIONS.get(record.workload.framework)
+    case.run_options = options(record) if options is not None else []
     return case
 
 

@@ -165,7 +165,7 @@ class LiveRunner:
         return [*self.phantora, "run", "--cluster", case.cluster, "--nodes", str(case.nodes), "--ranks", self.ranks,
                 "--trace", str(trace), "--summary-json", str(summary),
                 "--tokens-per-iteration", str(rec.workload.tokens_per_step), "--model", rec.workload.model,
-                "--seq", str(rec.workload.seq_len), "--", *case.command]
+                "--seq", str(rec.workload.seq_len), *case.run_options, "--", *case.command]
 
     def __call__(self, case: Case, workdir: Path) -> SimResult:
         if not case.runnable:
@@ -210,7 +210,7 @@ class LiveRunner:
 def case_key(case: Case) -> dict[str, Any]:
     """What a cached trace was made from: a different key means the trace no longer reproduces the case."""
     table = case.record.to_table()
-    return {"cluster": case.cluster, "nodes": case.nodes, "command": case.command,
+    return {"cluster": case.cluster, "nodes": case.nodes, "command": case.command, "run_options": case.run_options,
             "hardware": table["hardware"], "workload": table["workload"]}
 
 
@@ -255,7 +255,7 @@ class CachedRunner:
         if base.oom:
             return base
         t0 = time.perf_counter()
-        rr = replay(trace, cluster=case.cluster, nodes=case.nodes)
+        rr = replay(trace, cluster=case.cluster, nodes=case.nodes, recost=True)   # today's profiles
         base.wall_s = time.perf_counter() - t0
         rec = case.record
         it = rr.iteration_s

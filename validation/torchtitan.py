@@ -35,6 +35,35 @@ def prepare_assets(model: str) -> Path:
     return out
 
 
+# torch releases and the day each was published: a run of date D used that day's nightly or the latest release,
+# whose CUDA kernel choices are those of the first release published after D (its development line)
+TORCH_RELEASES = (("2.3", "2024-04-24"), ("2.4", "2024-07-24"), ("2.5", "2024-10-17"), ("2.6", "2025-01-29"),
+                  ("2.7", "2025-04-23"), ("2.8", "2025-08-06"), ("2.9", "2025-10-15"))
+
+
+def torch_release_of(record: Record) -> str | None:
+    """The torch release line of the record's run, from its date; None for runs after the last release listed."""
+    date = record.source.date
+    for release, published in TORCH_RELEASES:
+        if date < published:
+            return release
+    return None
+
+
+def torchtitan_run_options(record: Record) -> list[str]:
+    """`phantora run` options that give the simulated ranks the record's software: the CUDA kernel choices of its
+    torch release (`--torch-cuda`; before 2.8 RMSNorm is not one fused kernel), and, before torch 2.9, flash
+    attention first: TorchTitan then called SDPA without an order and torch put flash first, where TorchTitan
+    0.3.0 asks for cuDNN first."""
+    release = torch_release_of(record)
+    if release is None:
+        return []
+    out = ["--torch-cuda", release]
+    if tuple(int(x) for x in release.split(".")) < (2, 9):
+        out += ["--sdpa", "flash,efficient,math"]
+    return out
+
+
 class UnsupportedCase(PhantoraError):
     """The record's workload cannot be expressed as a TorchTitan command yet."""
 
@@ -62,7 +91,21 @@ def torchtitan_args(record: Record, *, steps: int = STEPS) -> list[str]:
     argv = torchtitan_argv(wl.model, assets_dir=assets_root() / wl.model, dp_shard=p.dp_shard, tp=p.tp, pp=p.pp,
                            cp=p.cp, dp_replicate=p.dp_replicate, local_batch=wl.micro_batch, seq_len=wl.seq_len,
                            ac=ac, steps=steps, python="python")
-    return argv[3:]      # without `python -m torchtitan.train`
+    argv = argv[3:]      # without `python -m torchtitan.train`
+    if _before_torch_2_8(record) and wl.model in RECIPE_2024_MODELS:
+        i = argv.index("--module")
+        argv[i + 1:i + 4:2] = ["phantora.torchtitan_2024", wl.model.replace("-", "_")]
+    return argv
+
+
+# Models of phantora/torchtitan_2024.py: TorchTitan's 2024 recipe (causal SDPA over the whole sequence, loss over
+# the whole logits) for the records measured with the TorchTitan of that time
+RECIPE_2024_MODELS = ("llama3-8b", "llama3-70b", "llama2-7b", "llama2-13b", "llama2-70b")
+
+
+def _before_torch_2_8(record: Record) -> bool:
+    release = torch_release_of(record)
+    return release is not None and tuple(int(x) for x in release.split(".")) < (2, 8)
 
 
 def torchtitan_command(record: Record, *, python: str = "python", steps: int = STEPS) -> list[str]:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from ..cluster import load_cluster
+from ..cluster import load_cluster, software_overrides
 from ..errors import PhantoraError
 from .launcher import RunFailed, RunOptions, default_trace_name, run_live
 from .ranks import plan_ranks
@@ -44,10 +44,16 @@ def _write_json(path: str, data: dict) -> None:
               help="Seconds a rank may stay silent while others wait on it before the run is stopped.")
 @click.option("--algo", type=click.Choice(["ring", "tree"]), default=None, help="Force a collective algorithm.")
 @click.option("--proto", type=click.Choice(["LL", "LL128", "Simple"]), default=None, help="Force an NCCL protocol.")
+@click.option("--torch-cuda", default=None, metavar="VERSION",
+              help="Emulate the CUDA kernel choices of this torch release (fused RMSNorm, SDPA order); "
+                   "default: the ranks' own torch.")
+@click.option("--sdpa", default=None, metavar="LIST",
+              help="SDPA backends in priority order, e.g. flash,efficient,math (overrides torch's and the "
+                   "script's choice).")
 @click.option("--quiet", is_flag=True, help="Do not relay the ranks' output.")
 @click.argument("program", nargs=-1, type=click.UNPROCESSED, required=True)
 def run_cmd(cluster, nodes, gpus_per_node, gpu, overrides, ranks, pp_degree, trace, no_trace, summary_json,
-            tokens_per_iteration, model, seq, hang_timeout, algo, proto, quiet, program):
+            tokens_per_iteration, model, seq, hang_timeout, algo, proto, torch_cuda, sdpa, quiet, program):
     """Run an unmodified PyTorch program on a virtual cluster (a drop-in for torchrun).
 
     Every rank gets RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT as torchrun sets
@@ -60,6 +66,7 @@ def run_cmd(cluster, nodes, gpus_per_node, gpu, overrides, ranks, pp_degree, tra
       phantora run --nodes 1 --gpus-per-node 4 --summary-json s.json -m mypackage.train
     """
     try:
+        overrides = list(overrides) + software_overrides(torch_cuda, sdpa)
         spec = load_cluster(cluster, nodes=nodes, gpus_per_node=gpus_per_node, gpu=gpu, overrides=overrides)
         plan = plan_ranks(ranks, spec.world_size, list(program), pp_degree)
         flops_per_token = None

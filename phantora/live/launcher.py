@@ -97,6 +97,7 @@ def rank_environment(opts: RunOptions, server: EngineServer, rank: int, port: in
         "PHANTORA_LAUNCH_OVERHEAD_US": repr(spec.host.launch_overhead_us),
         "PHANTORA_CPU_TIME_SCALE": repr(spec.host.cpu_time_scale),
         "PHANTORA_EPOCH": repr(epoch),
+        "PHANTORA_TORCH_CUDA": spec.software.torch_cuda, "PHANTORA_SDPA": ",".join(spec.software.sdpa),
         # what torchrun sets
         "RANK": str(rank), "WORLD_SIZE": str(spec.world_size), "LOCAL_RANK": str(rank % gpn),
         "LOCAL_WORLD_SIZE": str(min(gpn, spec.world_size)), "GROUP_RANK": str(rank // gpn),

@@ -295,9 +295,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--peak-tflops", type=float, default=None,
                    help="peak TFLOP/s per GPU for MFU (default: from the device name for H100/H200/A100)")
     p.add_argument("--json-out", default=None, help="also write the SUMMARY json to this file (rank 0)")
+    p.add_argument("--kernel-profile", default=None, metavar="DIR",
+                   help="on CUDA, record steps 3-4 with torch.profiler and write the in-situ GPU time of every op "
+                        "(DIR/ops.json) and kernel (DIR/kernels.json) of rank 0")
     p.add_argument("--describe", action="store_true",
                    help="print the model's parameter count and FLOPs per token as json and exit (no training)")
     args = p.parse_args(argv)
+    if args.kernel_profile is not None and args.steps < 4:
+        raise UsageError("--kernel-profile records steps 3-4: it needs --steps 4 or more")
     for name in ("tp", "pp", "batch", "seq", "steps"):
         if getattr(args, name) <= 0:
             raise UsageError(f"--{name} must be positive, got {getattr(args, name)}")
@@ -549,10 +554,13 @@ def train(args, a: ModelArgs, layout: Layout, rank: int, local_rank: int) -> Non
 
     pp_group = mesh["pp"].get_group() if layout.pp > 1 else None
     times, losses, mems = [], [], []
+    recorder = None
     for step in range(1, args.steps + 1):
         inputs, labels = batch if batch is not None else next_batch()
         if on_cuda:
             torch.cuda.synchronize()
+            if args.kernel_profile and log and recorder is None and step == KERNEL_PROFILE_STEPS[0]:
+                recorder = _start_kernel_profile()
             if hasattr(torch.cuda, "reset_peak_memory_stats"):
                 torch.cuda.reset_peak_memory_stats(device)
         t0 = time.perf_counter()
@@ -574,6 +582,10 @@ def train(args, a: ModelArgs, layout: Layout, rank: int, local_rank: int) -> Non
         if on_cuda:
             torch.cuda.synchronize()
         dt = time.perf_counter() - t0
+        if recorder is not None and step == KERNEL_PROFILE_STEPS[-1]:
+            n = len(KERNEL_PROFILE_STEPS)
+            _write_kernel_profile(recorder, Path(args.kernel_profile), times[len(times) - n + 1:] + [dt])
+            recorder = None
 
         # The loss for the log: the last stage owns it under PP and sends it to its pipeline group.
         if pp_group is not None:
@@ -624,6 +636,48 @@ def train(args, a: ModelArgs, layout: Layout, rank: int, local_rank: int) -> Non
         if args.json_out:
             Path(args.json_out).write_text(text + "\n")
     dist.destroy_process_group()
+
+
+KERNEL_PROFILE_STEPS = (3, 4)
+
+
+def _start_kernel_profile():
+    from torch.profiler import ProfilerActivity, profile
+
+    prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=True)
+    prof.__enter__()
+    return prof
+
+
+def _write_kernel_profile(prof, out: Path, step_times: list[float]) -> None:
+    """In-situ GPU time of the recorded steps: per (op, input shapes) the kernel time launched by the op itself
+    (torch.profiler's self device time), and per kernel name its calls and total time. Times in microseconds,
+    summed over the recorded steps."""
+    prof.__exit__(None, None, None)
+    out.mkdir(parents=True, exist_ok=True)
+    steps = len(step_times)
+    ops = []
+    for e in prof.key_averages(group_by_input_shape=True):
+        dev_us = float(getattr(e, "self_device_time_total", 0.0) or 0.0)
+        if dev_us <= 0 or e.key.startswith(("ProfilerStep", "cuda", "void ", "Memcpy", "Memset")):
+            continue
+        if getattr(e, "device_type", None) is not None and "CUDA" in str(e.device_type):
+            continue
+        ops.append({"op": e.key, "shapes": e.input_shapes, "count": e.count, "self_device_us": dev_us})
+    kernels: dict[str, list[float]] = {}
+    for ev in prof.profiler.kineto_results.events():
+        if "cuda" not in str(ev.device_type()).lower():
+            continue
+        k = kernels.setdefault(ev.name(), [0, 0.0])
+        k[0] += 1
+        k[1] += ev.duration_ns() / 1000.0
+    meta = {"steps": steps, "step_times_s": step_times, "device": torch.cuda.get_device_name(),
+            "torch": torch.__version__}
+    (out / "ops.json").write_text(json.dumps({**meta, "ops": ops}) + "\n")
+    (out / "kernels.json").write_text(json.dumps(
+        {**meta, "kernels": [{"name": n, "calls": c, "total_us": t} for n, (c, t) in
+                             sorted(kernels.items(), key=lambda kv: -kv[1][1])]}) + "\n")
+    print(f"{PROG}: in-situ kernel profile of steps {KERNEL_PROFILE_STEPS} written to {out}", flush=True)
 
 
 def _ddp_no_buffer_sync() -> dict:

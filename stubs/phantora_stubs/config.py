@@ -43,6 +43,8 @@ class StubConfig:
     launch_overhead_s: float       # PHANTORA_LAUNCH_OVERHEAD_US (LocalRuntime only), in seconds
     epoch: float | None            # PHANTORA_EPOCH: Unix time that virtual time 0 maps to (default: start time)
     oplog: str | None              # PHANTORA_OPLOG: write the op stream as JSON lines here (LocalRuntime only)
+    torch_cuda: tuple[int, int] | None = None  # PHANTORA_TORCH_CUDA: torch release whose CUDA kernel choices to emulate
+    sdpa: tuple[str, ...] = ()     # PHANTORA_SDPA: forced SDPA backend order (cudnn, flash, efficient, math)
 
     @classmethod
     def from_env(cls) -> "StubConfig":
@@ -74,4 +76,29 @@ class StubConfig:
                    runtime=os.environ.get("PHANTORA_RUNTIME") or "local",
                    cost_model=os.environ.get("PHANTORA_COSTMODEL") or "phantora.costmodel",
                    launch_overhead_s=overhead_us * 1e-6, epoch=_float("PHANTORA_EPOCH", None),
-                   oplog=os.environ.get("PHANTORA_OPLOG") or None)
+                   oplog=os.environ.get("PHANTORA_OPLOG") or None, torch_cuda=_release("PHANTORA_TORCH_CUDA"),
+                   sdpa=_sdpa("PHANTORA_SDPA"))
+
+
+SDPA_BACKENDS = ("cudnn", "flash", "efficient", "math")
+
+
+def _release(name: str) -> tuple[int, int] | None:
+    raw = (os.environ.get(name) or "").strip()
+    if not raw:
+        return None
+    parts = raw.split("+")[0].split(".")
+    try:
+        return int(parts[0]), int(parts[1])
+    except (ValueError, IndexError):
+        raise StubConfigError(f"environment variable {name}={raw!r} must be a torch release like 2.6 or 2.11.0") \
+            from None
+
+
+def _sdpa(name: str) -> tuple[str, ...]:
+    names = tuple(n.strip() for n in (os.environ.get(name) or "").split(",") if n.strip())
+    for n in names:
+        if n not in SDPA_BACKENDS:
+            raise StubConfigError(f"environment variable {name}: unknown SDPA backend '{n}' "
+                                  f"({', '.join(SDPA_BACKENDS)})")
+    return names

@@ -378,6 +378,8 @@ def install(ctx) -> None:
     _install_foreach_types()
     _install_iteration_marks(ctx)
     interceptor.install_sdpa_routing()
+    from . import cuda_dispatch
+    ctx.extras["fused_cuda_ops"] = cuda_dispatch.install(ctx.config.torch_cuda, ctx.gpu.sm_version, ctx.config.sdpa)
     METER.entry_cost = interceptor.calibrate_entry_cost()
     ctx.extras["entry_cost_s"] = METER.entry_cost
     from .bootstrap import when_imported

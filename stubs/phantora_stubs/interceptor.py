@@ -504,32 +504,57 @@ def _sm_version() -> int:
 
 
 def plan_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
-    """The op CUDA's SDPA backend selection would run: (op, args, kwargs, picks the attention output)."""
+    """The op CUDA's SDPA backend selection would run: (op, args, kwargs, picks the attention output).
+
+    Backends are tried in the order torch would try them (cuda_dispatch.sdpa_order: the emulated release's default,
+    a script's `sdpa_kernel(..., set_priority=True)`, or PHANTORA_SDPA), each if enabled and its constraints hold;
+    the math path is the last resort."""
+    from . import cuda_dispatch
+
     q, k, v = query, key, value
     four_d = q.dim() == 4 and k.dim() == 4 and v.dim() == 4
     head = q.size(-1)
     sm = _sm_version()
     backends = torch.backends.cuda
-    if (backends.flash_sdp_enabled() and four_d and sm >= 80 and attn_mask is None
-            and q.dtype in (torch.float16, torch.bfloat16) and k.dtype == q.dtype and v.dtype == q.dtype
-            and head <= 256 and k.size(-1) == head and v.size(-1) == head and head % 8 == 0
-            and (enable_gqa or q.size(1) == k.size(1) == v.size(1))):
-        return (torch.ops.aten._scaled_dot_product_flash_attention.default,
-                (q, k, v, float(dropout_p), bool(is_causal), False), {"scale": scale}, lambda o: o[0])
-    if (backends.mem_efficient_sdp_enabled() and four_d and not enable_gqa
-            and q.dtype in (torch.float32, torch.float16, torch.bfloat16) and k.dtype == q.dtype
-            and v.dtype == q.dtype and k.size(-1) == head and q.size(1) == k.size(1) == v.size(1)):
-        bias = attn_mask
-        if bias is not None:
-            if bias.dtype == torch.bool:
-                bias = torch.zeros(bias.shape, dtype=q.dtype, device=q.device).masked_fill(~bias, float("-inf"))
-            bias = bias.expand(q.size(0), q.size(1), q.size(2), k.size(2))
-        need_lse = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
-        return (torch.ops.aten._scaled_dot_product_efficient_attention.default,
-                (q, k, v, bias, need_lse, float(dropout_p), bool(is_causal)), {"scale": scale}, lambda o: o[0])
+    half = q.dtype in (torch.float16, torch.bfloat16) and k.dtype == q.dtype and v.dtype == q.dtype
+    same_head = k.size(-1) == head and v.size(-1) == head
+    gqa_ok = enable_gqa or (four_d and q.size(1) == k.size(1) == v.size(1))
+    need_lse = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+    for name in cuda_dispatch.sdpa_order():
+        if name == "cudnn":
+            if (_enabled(backends, "cudnn_sdp_enabled") and four_d and sm >= 80 and half and same_head
+                    and head <= 128 and head % 8 == 0 and attn_mask is None and gqa_ok):
+                return (torch.ops.aten._scaled_dot_product_cudnn_attention.default,
+                        (q, k, v, None, need_lse, float(dropout_p), bool(is_causal), False), {"scale": scale},
+                        lambda o: o[0])
+        elif name == "flash":
+            if (backends.flash_sdp_enabled() and four_d and sm >= 80 and attn_mask is None and half
+                    and head <= 256 and same_head and head % 8 == 0 and gqa_ok):
+                return (torch.ops.aten._scaled_dot_product_flash_attention.default,
+                        (q, k, v, float(dropout_p), bool(is_causal), False), {"scale": scale}, lambda o: o[0])
+        elif name == "efficient":
+            if (backends.mem_efficient_sdp_enabled() and four_d and not enable_gqa
+                    and q.dtype in (torch.float32, torch.float16, torch.bfloat16) and k.dtype == q.dtype
+                    and v.dtype == q.dtype and k.size(-1) == head and q.size(1) == k.size(1) == v.size(1)):
+                bias = attn_mask
+                if bias is not None:
+                    if bias.dtype == torch.bool:
+                        bias = torch.zeros(bias.shape, dtype=q.dtype, device=q.device).masked_fill(~bias,
+                                                                                                  float("-inf"))
+                    bias = bias.expand(q.size(0), q.size(1), q.size(2), k.size(2))
+                return (torch.ops.aten._scaled_dot_product_efficient_attention.default,
+                        (q, k, v, bias, need_lse, float(dropout_p), bool(is_causal)), {"scale": scale},
+                        lambda o: o[0])
+        elif name == "math":
+            break
     return (torch.ops.aten._scaled_dot_product_attention_math.default,
             (q, k, v, attn_mask, float(dropout_p), bool(is_causal)), {"scale": scale, "enable_gqa": enable_gqa},
             lambda o: o[0])
+
+
+def _enabled(backends, flag: str) -> bool:
+    fn = getattr(backends, flag, None)
+    return bool(fn()) if fn is not None else False
 
 
 def sdpa_cuda_kernel(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
