@@ -89,8 +89,9 @@ def test_replayed_trace_equals_the_recording_row_for_row(trace, tmp_path):
 
 def test_recosted_kernels_last_their_new_duration(trace):
     """On another GPU kernels are re-costed from their signatures: each signed kernel's row says the new cost
-    model's estimate and lasts exactly that long on its stream."""
-    from phantora.costmodel.model import CostModel
+    model's estimate (the one live runs use: own profile, else a same-architecture GPU's across, else roofline) and
+    lasts exactly that long on its stream."""
+    from phantora.costmodel.select import default_cost_model
     from phantora.costmodel.signature import Signature
     from phantora.gpus import load_gpu
     from phantora.trace.reader import TraceReader
@@ -98,7 +99,7 @@ def test_recosted_kernels_last_their_new_duration(trace):
     path, _ = trace
     out = path.parent / "a100.h5"
     replay(path, gpu="a100-sxm-80gb", out=str(out))
-    model = CostModel(load_gpu("a100-sxm-80gb"))
+    model = default_cost_model(load_gpu("a100-sxm-80gb"))
     with TraceReader(out) as rd:
         sigs = rd.signatures
         for r in rd.ranks:
