@@ -1,5 +1,5 @@
 """The `phantora` command line (click). Each sub-command lives in the module that does its work; this file wires
-them together and turns PhantoraError into a one-line message and exit status 2."""
+them together and turns PhantoraError into a one-line message and exit status 1 (bad options: 2, as click gives)."""
 
 from __future__ import annotations
 

@@ -8,7 +8,6 @@ for any field (e.g. `net.inter_node_gbps=100`).
 from __future__ import annotations
 
 import dataclasses
-import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +16,7 @@ from typing import Any
 from .errors import PresetError
 from .gpus import GPUSpec, load_gpu
 from .paths import presets_dir
+from .software import SDPA_BACKENDS, parse_release
 from .tomlconf import build, read_toml, to_table
 
 INTRA_KINDS = ("nvswitch", "nvlink-mesh", "pcie")
@@ -86,9 +86,6 @@ class HostSpec:
     cpu_time_scale: float = 1.0            # measured framework CPU time is multiplied by this (slower/faster hosts)
 
 
-SDPA_BACKENDS = ("cudnn", "flash", "efficient", "math")
-
-
 @dataclass
 class SoftwareSpec:
     """The CUDA software stack of the simulated run, for the kernel choices the ranks make (docs/stubs.md)."""
@@ -96,7 +93,7 @@ class SoftwareSpec:
     sdpa: list[str] = field(default_factory=list)   # SDPA backends in priority order, overriding torch's and the script's
 
     def validate(self) -> None:
-        if self.torch_cuda and not re.fullmatch(r"\d+\.\d+(\.\d+)?", self.torch_cuda):
+        if self.torch_cuda and parse_release(self.torch_cuda) is None:
             raise PresetError(f"'{self.torch_cuda}' is not a torch release like 2.6 or 2.11.0",
                               key="software.torch_cuda")
         for b in self.sdpa:
@@ -210,7 +207,7 @@ def load_cluster(name_or_path: str, *, nodes: int | None = None, gpus_per_node: 
 
 
 def software_overrides(torch_cuda: str | None, sdpa: str | None) -> list[str]:
-    """`--set` overrides for the `--torch-cuda VERSION` and `--sdpa a,b,c` options of `phantora run`/`replay`."""
+    """`--set` overrides for the `--torch-cuda VERSION` and `--sdpa a,b,c` options of `phantora run`."""
     out = []
     if torch_cuda:
         out.append(f"software.torch_cuda={torch_cuda.strip()!r}")

@@ -121,13 +121,14 @@ def format_table(rows: list[TableRow]) -> str:
 def torchtitan_argv(model: str, *, assets_dir: str | Path, dp_shard: int = -1, tp: int = 1, pp: int = 1,
                     cp: int = 1, dp_replicate: int = 1, local_batch: int | None = None, seq_len: int | None = None,
                     ac: str | None = None, steps: int = 10, extra: list[str] | None = None,
-                    python: str = "python") -> list[str]:
+                    python: str = "python", module: str | None = None, config: str | None = None) -> list[str]:
     """The command line of a simulated TorchTitan run of `model` (a model preset name).
 
     `assets_dir` is what `phantora assets torchtitan --out DIR` wrote (tokenizer/ and dataset/). Parallel degrees
     are TorchTitan's (`dp_shard=-1`: whatever the world size leaves); `local_batch`, `seq_len` and `ac` (one of
     `AC_MODES`) default to the TorchTitan config's own values. `extra` flags come last but before the
-    activation-checkpointing sub-command, which tyro needs at the end.
+    activation-checkpointing sub-command, which tyro needs at the end. `module` and `config` replace the
+    recipe's TorchTitan module and config (e.g. phantora.torchtitan_2024's).
     """
     from .assets import DATASET_DIR, TOKENIZER_DIR
 
@@ -143,7 +144,7 @@ def torchtitan_argv(model: str, *, assets_dir: str | Path, dp_shard: int = -1, t
     if dp_shard == 0 or dp_shard < -1:
         raise PhantoraError(f"dp_shard must be -1 or at least 1 (got {dp_shard})")
     root = Path(assets_dir)
-    argv = [python, *fw.entry, "--module", r.module, "--config", r.config,
+    argv = [python, *fw.entry, "--module", module or r.module, "--config", config or r.config,
             "--hf-assets-path", str(root / TOKENIZER_DIR),
             "--dataloader.dataset", "c4_test", "--dataloader.dataset-path", str(root / DATASET_DIR),
             *fw.default_flags,

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from . import throughput
+from .throughput import iteration_times
 from .cluster import ClusterSpec, apply_overrides, cluster_from_table, load_cluster
 from .engine.core import Engine
 from .engine.ops import OpKind
@@ -67,16 +68,6 @@ class ReplayResult:
                 "iterations_s": self.iterations_s, "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
                 "mfu": self.mfu, "ops": self.n_ops, "wall_s": self.wall_s, "ops_per_s": self.ops_per_s,
                 "ooms": self.ooms, **{k: v for k, v in self.summary.items() if isinstance(v, (int, float, str))}}
-
-
-def iteration_times(marks_by_rank: dict[int, list[float]]) -> list[float]:
-    """Iteration times from per-rank ITER_MARK times: iteration k ends when the slowest rank marks it."""
-    lists = [m for m in marks_by_rank.values() if len(m)]
-    if not lists:
-        return []
-    n = min(len(m) for m in lists)
-    ends = [max(m[i] for m in lists) for i in range(n)]
-    return [b - a for a, b in zip(ends, ends[1:])]
 
 
 def resolve_cluster(meta: dict, cluster: str | None, nodes: int | None, gpus_per_node: int | None, gpu: str | None,
@@ -223,15 +214,8 @@ def _flat_summary(s: dict) -> dict:
 
 def _recoster(spec: ClusterSpec, signatures: list[str], profile: str | None):
     """A function that re-costs KERNEL ops in place on the new GPU."""
-    try:
-        from .costmodel.model import CostModel
-        from .costmodel.profiledb import ProfileDB
-    except ImportError:
-        raise PhantoraError("re-costing kernels for another GPU or a profile needs phantora.costmodel.model, "
-                            "which this installation lacks") from None
-    from .costmodel.signature import Signature
-
     from .costmodel.select import default_cost_model
+    from .costmodel.signature import Signature
 
     model = default_cost_model(spec.gpu_spec(), profile)
     cache: dict[int, tuple[float, int]] = {}

@@ -48,7 +48,7 @@ def fsdp_streams(spec: ClusterSpec, model: SyntheticModel, iterations: int = 3, 
     sigs: list[str] = []
     sig_ids: dict[str, int] = {}
 
-    def mm(m: int, k: int, n: int, mult: float = 1.0) -> Op:
+    def mm(m: int, k: int, n: int) -> Op:
         s = Signature("aten.mm.default", ((m, k), (k, n)), ("bfloat16", "bfloat16"), ((k, 1), (n, 1)), ()).key()
         if s not in sig_ids:
             sig_ids[s] = len(sigs)
@@ -56,8 +56,12 @@ def fsdp_streams(spec: ClusterSpec, model: SyntheticModel, iterations: int = 3, 
         flops = 2.0 * m * k * n
         nbytes = 2 * (m * k + k * n + m * n)
         dur = max(flops / peak, nbytes / bw) + 3e-6
-        return Op(K.KERNEL, stream=COMPUTE, name="aten::mm", sig=sig_ids[s], duration=dur * mult, flops=flops * mult,
+        return Op(K.KERNEL, stream=COMPUTE, name="aten::mm", sig=sig_ids[s], duration=dur, flops=flops,
                   nbytes=nbytes, cpu_delta=cpu_per_op_s, source=CostSource.ROOFLINE)
+
+    def linear(m: int, k: int, n: int, backward: bool) -> list[Op]:
+        """x[m,k] @ W[k,n] forward; backward its two GEMMs, grad_x = grad[m,n] @ W^T and grad_W = x^T @ grad."""
+        return [mm(m, n, k), mm(k, m, n)] if backward else [mm(m, k, n)]
 
     def elementwise(numel: int, name: str) -> Op:
         nbytes = 3 * 2 * numel
@@ -77,11 +81,12 @@ def fsdp_streams(spec: ClusterSpec, model: SyntheticModel, iterations: int = 3, 
         ops.append(Op(K.EVENT_RECORD, stream=COMM, arg=event[0]))
         ops.append(Op(K.STREAM_WAIT, stream=COMPUTE, arg=event[0]))
         mult = 2.0 if backward else 1.0
-        ops += [mm(tokens, d, 3 * d, mult), Op(K.KERNEL, stream=COMPUTE, name="flash_attention",
-                                               duration=attn_flops * mult / peak + 5e-6, flops=attn_flops * mult,
-                                               cpu_delta=cpu_per_op_s, source=CostSource.ROOFLINE),
-                mm(tokens, d, d, mult), elementwise(tokens * d, "aten::add"), mm(tokens, d, 2 * f, mult),
-                elementwise(tokens * f, "aten::silu"), mm(tokens, f, d, mult)]
+        ops += [*linear(tokens, d, 3 * d, backward),
+                Op(K.KERNEL, stream=COMPUTE, name="flash_attention", duration=attn_flops * mult / peak + 5e-6,
+                   flops=attn_flops * mult, cpu_delta=cpu_per_op_s, source=CostSource.ROOFLINE),
+                *linear(tokens, d, d, backward), elementwise(tokens * d, "aten::add"),
+                *linear(tokens, d, 2 * f, backward), elementwise(tokens * f, "aten::silu"),
+                *linear(tokens, f, d, backward)]
         if backward:
             event[0] += 1
             ops.append(Op(K.EVENT_RECORD, stream=COMPUTE, arg=event[0]))
@@ -96,8 +101,8 @@ def fsdp_streams(spec: ClusterSpec, model: SyntheticModel, iterations: int = 3, 
         for _ in range(iterations):
             for _ in range(model.layers):
                 layer(ops, backward=False)
-            ops.append(mm(tokens, d, model.vocab))
-            ops.append(mm(tokens, d, model.vocab, 2.0))
+            ops += linear(tokens, d, model.vocab, backward=False)
+            ops += linear(tokens, d, model.vocab, backward=True)
             for _ in range(model.layers):
                 layer(ops, backward=True)
             ops.append(Op(K.SYNC_DEVICE))

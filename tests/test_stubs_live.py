@@ -360,3 +360,51 @@ def test_bad_sdpa_backend_is_a_clear_error(stub_cache):
                           env=rank_env(stub_cache, PHANTORA_SDPA="flash,fast"), capture_output=True, text=True,
                           timeout=300, cwd=str(ROOT))
     assert proc.returncode != 0 and "unknown SDPA backend 'fast'" in proc.stderr
+
+
+# ---- torch release boundaries ----------------------------------------------------------------------------------------
+# F.rms_norm dispatches to the fused `_fused_rms_norm` kernel from torch 2.8 (pytorch/pytorch PR 153666; before, the
+# CompositeImplicitAutograd decomposition: pow, mean, add, rsqrt, mul). From torch 2.9 SDPA prefers cuDNN attention
+# on sm90/sm100 (`check_prefer_cudnn_attention` in aten/src/ATen/native/transformers/cuda/sdp_utils.cpp); 2.8 still
+# tried flash attention first.
+
+@pytest.fixture(scope="module")
+def dispatch_names(stub_cache, tmp_path_factory):
+    """Kernel names of tests/scripts/dispatch.py under an environment, each environment run once per module."""
+    runs: dict[tuple, set[str]] = {}
+
+    def names(**env: str) -> set[str]:
+        key = tuple(sorted(env.items()))
+        if key not in runs:
+            runs[key] = _dispatch_run(stub_cache, tmp_path_factory.mktemp("dispatch"), **env)
+        return runs[key]
+    return names
+
+
+def test_fused_rms_norm_arrives_with_torch_2_8(dispatch_names):
+    before = dispatch_names(PHANTORA_GPU="h100-sxm-80gb", PHANTORA_TORCH_CUDA="2.7")
+    after = dispatch_names(PHANTORA_GPU="h100-sxm-80gb", PHANTORA_TORCH_CUDA="2.8")
+    assert not {"_fused_rms_norm", "_fused_rms_norm_backward"} & before
+    assert {"rsqrt", "pow", "mean"} <= before                       # the composite's own ops
+    assert {"_fused_rms_norm", "_fused_rms_norm_backward"} <= after
+    assert not {"rsqrt", "pow", "mean"} & after
+
+
+def test_cudnn_attention_first_on_hopper_from_torch_2_9(dispatch_names):
+    flash = dispatch_names(PHANTORA_GPU="h100-sxm-80gb", PHANTORA_TORCH_CUDA="2.8")
+    cudnn = dispatch_names(PHANTORA_GPU="h100-sxm-80gb", PHANTORA_TORCH_CUDA="2.9")
+    assert {"_scaled_dot_product_flash_attention", "_scaled_dot_product_flash_attention_backward"} <= flash
+    assert not any("cudnn" in n for n in flash)
+    assert {"_scaled_dot_product_cudnn_attention", "_scaled_dot_product_cudnn_attention_backward"} <= cudnn
+    assert not any("flash" in n for n in cudnn)
+
+
+def test_forced_math_sdpa_runs_no_fused_attention(dispatch_names):
+    """PHANTORA_SDPA=math overrides torch 2.9's cuDNN preference on an H100: attention runs as the math path's
+    batched matmuls and softmax, forward and backward, and no fused attention kernel."""
+    names = dispatch_names(PHANTORA_GPU="h100-sxm-80gb", PHANTORA_TORCH_CUDA="2.9", PHANTORA_SDPA="math")
+    assert not any(part in n for n in names for part in ("flash", "cudnn", "efficient_attention",
+                                                           "_scaled_dot_product"))
+    assert "bmm" in names                                            # Q K^T and P V
+    assert any("softmax" in n and "backward" not in n for n in names)
+    assert "_softmax_backward_data" in names

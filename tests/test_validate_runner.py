@@ -21,6 +21,7 @@ from phantora.simulate import simulate_streams
 from phantora.synthetic import SyntheticModel, fsdp_streams
 from phantora_validation.cases import Case, case_from_record
 from phantora_validation.runner import CachedRunner, CaseFailed, LiveRunner, parse_summary
+from phantora_validation.torchtitan import TORCH_RELEASES
 
 GIB = 2**30
 
@@ -34,13 +35,43 @@ def torchtitan_cases():
     return [case_from_record(r, p) for p, r in load_suite("torchtitan", groundtruth_dir())]
 
 
+def _release_line(date: str) -> str | None:
+    """The torch release line of a run of `date`: the first release published after that day (the run used that
+    day's nightly or the latest release, whose development line it is); None after the last release listed."""
+    import datetime
+
+    day = datetime.date.fromisoformat(date)
+    for release, published in TORCH_RELEASES:
+        if day < datetime.date.fromisoformat(published):
+            return release
+    return None
+
+
+def _release_tuple(release: str) -> tuple[int, int]:
+    major, minor = release.split(".")[:2]
+    return int(major), int(minor)
+
+
 def test_torchtitan_command_follows_the_record():
     from phantora.frameworks import load_framework
 
     fw = load_framework("torchtitan")
     checked = 0
+    releases = set()
     for case in torchtitan_cases():
         wl = case.record.workload
+        # the software of the record's day: its torch release line, and before 2.9 flash attention first
+        release = _release_line(case.record.source.date)
+        opts = case.run_options
+        if release is None:
+            assert "--torch-cuda" not in opts and "--sdpa" not in opts
+        else:
+            releases.add(release)
+            assert flag(opts, "--torch-cuda") == release
+            if _release_tuple(release) < (2, 9):
+                assert flag(opts, "--sdpa").startswith("flash")
+            else:
+                assert "--sdpa" not in opts
         expressible = fw.recipe(wl.model).supported and not wl.compile and not wl.float8 \
             and wl.activation_checkpointing in ("none", "full", "selective-op")
         if not expressible:
@@ -49,13 +80,13 @@ def test_torchtitan_command_follows_the_record():
         checked += 1
         args = case.command
         assert args[:3] == ["python", "-m", "torchtitan.train"]
-        # records of TorchTitan's 2024 runs use its 2024 recipe (causal SDPA, whole-logit loss) on 0.3.0's trainer
-        before_2025 = case.record.source.date < "2025-02-01"
-        module = "phantora.torchtitan_2024" if before_2025 else fw.recipe(wl.model).module
+        # runs before torch 2.8 are TorchTitan's 2024 runs: its 2024 recipe (causal SDPA, whole-logit loss) on
+        # 0.3.0's trainer
+        recipe_2024 = release is not None and _release_tuple(release) < (2, 8)
+        module = "phantora.torchtitan_2024" if recipe_2024 else fw.recipe(wl.model).module
         assert flag(args, "--module") == module
-        if before_2025:
+        if recipe_2024:
             assert flag(args, "--config") == wl.model.replace("-", "_")
-            assert case.run_options[case.run_options.index("--sdpa") + 1].startswith("flash")
         assert flag(args, "--training.local-batch-size") == str(wl.micro_batch)
         assert flag(args, "--training.seq-len") == str(wl.seq_len)
         assert flag(args, "--parallelism.data-parallel-shard-degree") == str(wl.parallelism.dp_shard)
@@ -63,6 +94,7 @@ def test_torchtitan_command_follows_the_record():
         ac = {"none": "none", "full": "full", "selective-op": "selective"}[wl.activation_checkpointing]
         assert args[-1] == f"activation-checkpoint:{ac}"      # tyro's sub-command comes last
     assert checked >= 3
+    assert len(releases) >= 2          # the records span release lines, so the date matters
 
 
 def test_live_command_wraps_the_training_command():

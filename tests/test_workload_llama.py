@@ -251,6 +251,8 @@ BAD = [
     pytest.param(1, ("--model", "no-such-model"), "no-such-model", id="unknown-model"),
     pytest.param(1, ("--steps", "0"), "steps", id="zero-steps"),
     pytest.param(1, ("--dp-mode", "zero3"), "dp-mode", id="unknown-choice"),
+    # the in-situ profile records steps 3-4, so 3 steps cannot give it
+    pytest.param(1, ("--kernel-profile", "d", "--steps", "3"), "kernel-profile", id="kernel-profile-too-few-steps"),
 ]
 
 

@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 from phantora.errors import PhantoraError
+from phantora.software import parse_release
 from phantora.groundtruth.schema import Record
 
 STEPS = 6            # optimizer steps per simulated run: the first is set-up, the rest give the median iteration
@@ -59,9 +60,24 @@ def torchtitan_run_options(record: Record) -> list[str]:
     if release is None:
         return []
     out = ["--torch-cuda", release]
-    if tuple(int(x) for x in release.split(".")) < (2, 9):
+    if _release_before(record, (2, 9)):
         out += ["--sdpa", "flash,efficient,math"]
     return out
+
+
+def _release_before(record: Record, release: tuple[int, int]) -> bool:
+    """True when the record's torch release line is known and older than `release`."""
+    own = torch_release_of(record)
+    return own is not None and parse_release(own) < release
+
+
+def recipe_2024_config(model: str) -> str | None:
+    """The phantora/torchtitan_2024.py config of a model preset (TorchTitan's 2024 recipe: causal SDPA over the
+    whole sequence, loss over the whole logits), or None if it has none."""
+    from phantora import torchtitan_2024
+
+    name = model.replace("-", "_")
+    return name if callable(getattr(torchtitan_2024, name, None)) else None
 
 
 class UnsupportedCase(PhantoraError):
@@ -88,24 +104,13 @@ def torchtitan_args(record: Record, *, steps: int = STEPS) -> list[str]:
     p = wl.parallelism
     if p.ep > 1:
         raise UnsupportedCase("expert parallelism is not mapped yet")
+    # records measured before torch 2.8 ran the TorchTitan of 2024, whose recipe phantora/torchtitan_2024.py keeps
+    config = recipe_2024_config(wl.model) if _release_before(record, (2, 8)) else None
     argv = torchtitan_argv(wl.model, assets_dir=assets_root() / wl.model, dp_shard=p.dp_shard, tp=p.tp, pp=p.pp,
                            cp=p.cp, dp_replicate=p.dp_replicate, local_batch=wl.micro_batch, seq_len=wl.seq_len,
-                           ac=ac, steps=steps, python="python")
-    argv = argv[3:]      # without `python -m torchtitan.train`
-    if _before_torch_2_8(record) and wl.model in RECIPE_2024_MODELS:
-        i = argv.index("--module")
-        argv[i + 1:i + 4:2] = ["phantora.torchtitan_2024", wl.model.replace("-", "_")]
-    return argv
-
-
-# Models of phantora/torchtitan_2024.py: TorchTitan's 2024 recipe (causal SDPA over the whole sequence, loss over
-# the whole logits) for the records measured with the TorchTitan of that time
-RECIPE_2024_MODELS = ("llama3-8b", "llama3-70b", "llama2-7b", "llama2-13b", "llama2-70b")
-
-
-def _before_torch_2_8(record: Record) -> bool:
-    release = torch_release_of(record)
-    return release is not None and tuple(int(x) for x in release.split(".")) < (2, 8)
+                           ac=ac, steps=steps, python="python",
+                           module="phantora.torchtitan_2024" if config else None, config=config)
+    return argv[argv.index("--module"):]      # without `python -m torchtitan.train`
 
 
 def torchtitan_command(record: Record, *, python: str = "python", steps: int = STEPS) -> list[str]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..errors import PhantoraError
 from ..gpus import GPUSpec, load_gpu
 from ..paths import presets_dir
 from .model import CostModel
@@ -37,6 +38,8 @@ def fallback_gpu(gpu: GPUSpec) -> str | None:
 
 def default_cost_model(gpu: GPUSpec, profile: str | Path | None = None, **kwargs) -> CostModel:
     """A CostModel for `gpu` with its own profile (or `profile`) and, failing that, a cross-GPU fallback."""
+    if profile and not Path(profile).exists():
+        raise PhantoraError(f"profile database {profile} does not exist")
     own = Path(profile) if profile else profiles_dir() / f"{gpu.name}.h5"
     if own.exists():
         return CostModel(gpu, profile_db=ProfileDB.open(own), **kwargs)

@@ -50,10 +50,14 @@ def _write_json(path: str, data: dict) -> None:
 @click.option("--sdpa", default=None, metavar="LIST",
               help="SDPA backends in priority order, e.g. flash,efficient,math (overrides torch's and the "
                    "script's choice).")
+@click.option("--profile", default=None, type=click.Path(exists=True, dir_okay=False),
+              help="Measured profile database (HDF5) to cost kernels from (default: the GPU's own, else a "
+                   "same-architecture GPU's across).")
 @click.option("--quiet", is_flag=True, help="Do not relay the ranks' output.")
 @click.argument("program", nargs=-1, type=click.UNPROCESSED, required=True)
 def run_cmd(cluster, nodes, gpus_per_node, gpu, overrides, ranks, pp_degree, trace, no_trace, summary_json,
-            tokens_per_iteration, model, seq, hang_timeout, algo, proto, torch_cuda, sdpa, quiet, program):
+            tokens_per_iteration, model, seq, hang_timeout, algo, proto, torch_cuda, sdpa, profile, quiet,
+            program):
     """Run an unmodified PyTorch program on a virtual cluster (a drop-in for torchrun).
 
     Every rank gets RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT as torchrun sets
@@ -69,6 +73,12 @@ def run_cmd(cluster, nodes, gpus_per_node, gpu, overrides, ranks, pp_degree, tra
         overrides = list(overrides) + software_overrides(torch_cuda, sdpa)
         spec = load_cluster(cluster, nodes=nodes, gpus_per_node=gpus_per_node, gpu=gpu, overrides=overrides)
         plan = plan_ranks(ranks, spec.world_size, list(program), pp_degree)
+        if profile:
+            from ..costmodel.profiledb import ProfileDB
+            measured_on = ProfileDB.open(profile).gpu
+            if measured_on != spec.gpu:
+                raise PhantoraError(f"--profile {profile} was measured on {measured_on}, but the cluster's GPU is "
+                                    f"{spec.gpu}; pass --gpu {measured_on} or a profile of {spec.gpu}")
         flops_per_token = None
         if model:
             from ..models import load_model
@@ -78,7 +88,8 @@ def run_cmd(cluster, nodes, gpus_per_node, gpu, overrides, ranks, pp_degree, tra
         trace_path = None if no_trace else (trace or str(default_trace_name(list(program))))
         opts = RunOptions(program=list(program), spec=spec, plan=plan, trace=trace_path,
                           tokens_per_iteration=tokens_per_iteration, flops_per_token=flops_per_token,
-                          hang_timeout_s=hang_timeout, algo=algo, proto=proto, quiet_ranks=quiet)
+                          hang_timeout_s=hang_timeout, algo=algo, proto=proto, quiet_ranks=quiet,
+                          env={"PHANTORA_PROFILE": str(Path(profile).resolve())} if profile else {})
     except PhantoraError as exc:
         raise click.ClickException(str(exc)) from None
     note = f" ({plan.mirrored} mirrored)" if plan.mirrored else ""

@@ -24,7 +24,7 @@ import numpy as np
 
 from ..engine.ops import OpKind
 from .. import throughput
-from ..replay import iteration_times
+from ..throughput import iteration_times
 
 
 @dataclass

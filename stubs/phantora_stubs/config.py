@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from phantora.software import SDPA_BACKENDS, parse_release
+
 from .errors import StubConfigError
 
 DEFAULT_GPU = "h100-sxm-80gb"
@@ -80,19 +82,14 @@ class StubConfig:
                    sdpa=_sdpa("PHANTORA_SDPA"))
 
 
-SDPA_BACKENDS = ("cudnn", "flash", "efficient", "math")
-
-
 def _release(name: str) -> tuple[int, int] | None:
     raw = (os.environ.get(name) or "").strip()
     if not raw:
         return None
-    parts = raw.split("+")[0].split(".")
-    try:
-        return int(parts[0]), int(parts[1])
-    except (ValueError, IndexError):
-        raise StubConfigError(f"environment variable {name}={raw!r} must be a torch release like 2.6 or 2.11.0") \
-            from None
+    release = parse_release(raw)
+    if release is None:
+        raise StubConfigError(f"environment variable {name}={raw!r} must be a torch release like 2.6 or 2.11.0")
+    return release
 
 
 def _sdpa(name: str) -> tuple[str, ...]:

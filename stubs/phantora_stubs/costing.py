@@ -10,6 +10,7 @@ profile database explicitly). Costs are cached per signature.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -39,10 +40,12 @@ class Coster:
             raise StubConfigError(f"cost model package '{package}' (PHANTORA_COSTMODEL) cannot be imported: {exc}") \
                 from None
         self.signature_of = sigmod.signature_of
-        try:   # the package's default choice of measured profiles (own GPU's, else a cross-GPU fallback)
+        profile = os.environ.get("PHANTORA_PROFILE") or None
+        if package == "phantora.costmodel" or importlib.util.find_spec(f"{package}.select") is not None:
+            # the package's choice of measured profiles (own GPU's, else a cross-GPU fallback), as replay's
             select = importlib.import_module(f"{package}.select")
-            self.model = select.default_cost_model(gpu, os.environ.get("PHANTORA_PROFILE") or None)
-        except ImportError:
+            self.model = select.default_cost_model(gpu, profile)
+        else:               # a package without `select`: its CostModel as it is
             self.model = modelmod.CostModel(gpu)
         self._intern = intern
         self._cache: dict[Any, Costed] = {}

@@ -19,14 +19,14 @@ the decomposition.
 on an H100 runs `_cudnn_attention_forward/backward`); earlier releases, and every other GPU, put flash attention
 first. The CPU build's default order is the latter, so `install` sets the emulated release's order once; a script's
 `sdpa_kernel(..., set_priority=True)` still changes it as on a GPU. `PHANTORA_SDPA` forces an order over both, for
-reproducing a run whose framework version chose differently (interceptor.plan_sdpa reads `forced_sdpa_order`).
+reproducing a run whose framework version chose differently. `interceptor.plan_sdpa` walks `sdpa_order()`.
 """
 
 from __future__ import annotations
 
 import torch
 
-from .config import SDPA_BACKENDS
+from phantora.software import parse_release
 
 FUSED_CUDA_OPS: tuple[tuple[str, tuple[int, int] | None], ...] = (
     ("silu_backward", None),
@@ -35,14 +35,17 @@ FUSED_CUDA_OPS: tuple[tuple[str, tuple[int, int] | None], ...] = (
 )
 CUDNN_FIRST_FROM = (2, 9)
 CUDNN_FIRST_SM = (90, 100)
+_ENUM = {"cudnn": "CUDNN_ATTENTION", "flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION", "math": "MATH"}
 
 _LIB = None
 _FORCED: tuple[str, ...] = ()
+_DEFAULT_ORDER: tuple[str, ...] = ("flash", "efficient", "math", "cudnn")
 
 
 def own_release() -> tuple[int, int]:
-    major, minor = torch.__version__.split("+")[0].split(".")[:2]
-    return int(major), int(minor)
+    release = parse_release(torch.__version__)
+    assert release is not None, torch.__version__
+    return release
 
 
 def fused_ops(release: tuple[int, int]) -> list[str]:
@@ -65,43 +68,35 @@ def _placeholder(name: str):
 
 
 def install(release: tuple[int, int] | None, sm: int, forced: tuple[str, ...] = ()) -> list[str]:
-    """Register the placeholder CUDA kernels and set the SDPA order (idempotent). Returns the ops registered."""
-    global _LIB, _FORCED
-    _FORCED = tuple(forced)
+    """Register the placeholder CUDA kernels and set the SDPA order, once per process. Returns the ops registered."""
+    global _LIB, _FORCED, _DEFAULT_ORDER
+    if _LIB is not None:
+        return []
     release = release or own_release()
+    _FORCED = tuple(forced)
+    _DEFAULT_ORDER = default_sdpa_order(release, sm)
+    _LIB = torch.library.Library("aten", "IMPL")
     registered = []
-    if _LIB is None:
-        _LIB = torch.library.Library("aten", "IMPL")
-        for name in fused_ops(release):
-            if not hasattr(torch.ops.aten, name):
-                continue
-            if torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::{name}", "CUDA"):
-                continue                                   # a CUDA build: nothing to restore
-            _LIB.impl(name, _placeholder(name), "CUDA")
-            registered.append(name)
-        order = default_sdpa_order(release, sm)
+    for name in fused_ops(release):
+        if not hasattr(torch.ops.aten, name):
+            continue
+        if torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::{name}", "CUDA"):
+            continue                                   # a CUDA build: nothing to restore
+        _LIB.impl(name, _placeholder(name), "CUDA")
+        registered.append(name)
+    if hasattr(torch._C, "_set_sdp_priority_order"):
         backend = torch.nn.attention.SDPBackend
-        ids = [int(getattr(backend, _ENUM[n])) for n in order]
-        if hasattr(torch._C, "_set_sdp_priority_order"):
-            torch._C._set_sdp_priority_order(ids + [int(backend.OVERRIDEABLE)])
+        ids = [int(getattr(backend, _ENUM[n])) for n in _DEFAULT_ORDER]
+        torch._C._set_sdp_priority_order(ids + [int(backend.OVERRIDEABLE)])
     return registered
 
 
-_ENUM = {"cudnn": "CUDNN_ATTENTION", "flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION", "math": "MATH"}
-
-
 def sdpa_order() -> tuple[str, ...]:
-    """The order the SDPA routing tries backends in: the forced one, else torch's current priority order."""
+    """The order the SDPA routing tries backends in: the forced one, else torch's current priority order (which
+    `install` started at the emulated release's default and a script may have changed)."""
     if _FORCED:
         return _FORCED
     if not hasattr(torch._C, "_get_sdp_priority_order"):
-        return ("flash", "efficient", "math")
+        return _DEFAULT_ORDER
     names = {int(getattr(torch.nn.attention.SDPBackend, e)): n for n, e in _ENUM.items()}
     return tuple(names[i] for i in torch._C._get_sdp_priority_order() if i in names)
-
-
-def forced_sdpa_order() -> tuple[str, ...]:
-    return _FORCED
-
-
-assert set(_ENUM) == set(SDPA_BACKENDS)

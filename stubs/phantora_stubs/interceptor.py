@@ -19,8 +19,9 @@ subclass level would count global shapes. Inside `shadow()` (DTensor's sharding 
 tensors. The meter subtracts `clock.METER.entry_cost` per op, the round trip into this mode measured at start-up.
 
 SDPA: `aten::scaled_dot_product_attention` is overridden for the CUDA autograd key (and caught here under inference
-mode) to call the fused kernel CUDA's backend selection would pick: flash attention, else memory-efficient
-attention, else the math path (see `route_sdpa`).
+mode) to call the fused kernel CUDA's backend selection would pick: backends are tried in torch's priority order
+(`cuda_dispatch.sdpa_order`: cuDNN first on sm90/sm100 from torch 2.9, else flash, memory-efficient, math;
+PHANTORA_SDPA overrides), each if enabled and its constraints hold, the math path last (see `plan_sdpa`).
 """
 
 from __future__ import annotations
