@@ -17,6 +17,30 @@ DTYPES = ("bf16", "fp16", "tf32", "fp32", "fp8")
 
 
 @dataclass(frozen=True)
+class PowerSpec:
+    """How a GPU's board power depends on its SM clock, measured at its default power limit (`[power]` of a GPU
+    preset; `python -m phantora.costmodel.powerprobe` measures it). phantora.costmodel.power uses it to cost the
+    same silicon at another power limit."""
+    base_w: float                  # power that does not follow the SM clock (the idle GPU's draw)
+    dynamic_exponent: float        # under a fixed load, power - base_w grows as (SM clock)^dynamic_exponent
+    memory_bound_w: float          # board power while HBM-bound kernels run (SM clock barely matters to them)
+    step_power_w: float            # a reference training step at the default limit: average board power
+    step_clock_mhz: float          # ... its mean SM clock
+    step_compute_share: float      # ... the share of its kernel time in compute-bound kernels
+    tensor_clock_mhz: float        # the highest SM clock sustained under tensor-core load, power permitting
+
+    def validate(self) -> None:
+        for key in ("base_w", "dynamic_exponent", "memory_bound_w", "step_power_w", "step_clock_mhz",
+                    "tensor_clock_mhz"):
+            if getattr(self, key) <= 0:
+                raise PresetError("must be positive", key=f"power.{key}")
+        if not 0.0 < self.step_compute_share <= 1.0:
+            raise PresetError("must be in (0, 1]", key="power.step_compute_share")
+        if not self.base_w < self.memory_bound_w < self.step_power_w:
+            raise PresetError("expected base_w < memory_bound_w < step_power_w", key="power")
+
+
+@dataclass(frozen=True)
 class GPUSpec:
     name: str                      # preset id, e.g. "h100-sxm-80gb"
     display_name: str              # what torch.cuda.get_device_name() should say, e.g. "NVIDIA H100 80GB HBM3"
@@ -32,6 +56,7 @@ class GPUSpec:
     l2_cache_mib: float = 0.0
     tdp_w: float = 0.0
     boost_clock_mhz: float = 0.0
+    power: PowerSpec | None = None     # measured power behaviour (GPUs with a kernel profile)
     sources: dict[str, str] = field(default_factory=dict)   # field name -> citation
     notes: str = ""
 
@@ -45,6 +70,8 @@ class GPUSpec:
                 raise PresetError("must be positive", key=key)
         if self.peak_tflops["bf16"] <= 0 and self.peak_tflops["fp16"] <= 0:
             raise PresetError("a GPU needs a bf16 or fp16 peak", key="peak_tflops")
+        if self.power is not None and self.tdp_w <= 0:
+            raise PresetError("a [power] table needs tdp_w, the power limit it was measured at", key="tdp_w")
         for key in ("peak_tflops", "hbm_bandwidth_gbyte_per_s", "memory_gib"):
             if key not in self.sources:
                 raise PresetError("every datasheet figure needs a source", key=f"sources.{key}")

@@ -41,6 +41,7 @@ class ReplayResult:
     peak_flops: float = 0.0
     summary: dict = field(default_factory=dict)
     ooms: list = field(default_factory=list)
+    kernel_time_by_source: list = field(default_factory=list)   # per simulated rank: CostSource value -> seconds
 
     @property
     def iteration_s(self) -> float:
@@ -97,7 +98,7 @@ def replay(trace: str | Path, *, cluster: str | None = None, nodes: int | None =
     """Re-simulate `trace` (see the module docstring). `wall_s` (and so `ops_per_s`) covers reading the op tables,
     the simulation and building the new rows; with `out`, also writing them."""
     from .trace.reader import TraceReader
-    from .trace.summary import summarize_ops
+    from .trace.summary import kernel_time_by_source, summarize_ops
     from .trace.writer import TraceWriter
 
     with TraceReader(trace) as reader:
@@ -155,6 +156,7 @@ def replay(trace: str | Path, *, cluster: str | None = None, nodes: int | None =
     result.ooms = [{"rank": r, "op": i, "message": str(e)} for r, i, e in engine.ooms]
     result.summary = _flat_summary({"ranks": [summarize_ops(recorder.rows(r), names, np.asarray(marks[r]))
                                               for r in simulated]})
+    result.kernel_time_by_source = [kernel_time_by_source(recorder.rows(r)) for r in simulated]
     recorder.engine = None   # engine and recorder refer to each other: let reference counting free them now
     return result
 

@@ -39,6 +39,9 @@ def _check(value: Any, tp: Any, file: str | None, key: str) -> Any:
         args = typing.get_args(tp)
         if value is None and type(None) in args:
             return None
+        given = [a for a in args if a is not type(None)]
+        if len(given) == 1:          # an optional value: its own type's message says what is wrong
+            return _check(value, given[0], file, key)
         errors = []
         for arg in args:
             if arg is type(None):

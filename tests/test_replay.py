@@ -202,6 +202,23 @@ def test_recost_on_the_recorded_gpu_costs_from_its_profile(recosted):
         assert changed
 
 
+def test_replay_reports_the_recosted_sources(recosted):
+    """The result's kernel time per cost source is the re-costed rows' (what validation reports as a case's cost
+    source), not the recorded trace's: the synthetic trace was costed by the roofline, the replay from the profile."""
+    from phantora.engine.ops import CostSource
+    from phantora.trace.reader import TraceReader
+
+    path, out, result = recosted
+    assert result.kernel_time_by_source
+    with TraceReader(out) as after:
+        for r, times in zip(after.ranks, result.kernel_time_by_source):
+            k = after.ops(r)
+            k = k[k["kind"] == 0]
+            assert sum(times.values()) == pytest.approx(float(k["duration"].sum()), rel=1e-9)
+            signed = float(k["duration"][k["sig"] >= 0].sum())
+            assert times.get(int(CostSource.PROFILE), 0.0) == pytest.approx(signed, rel=1e-9)
+
+
 def test_recosted_kernels_are_not_faster_than_the_roofline(recosted):
     """Every re-costed kernel lasts at least its GEMM's roofline floor on the H100's datasheet (989.4 bf16 TFLOP/s,
     3350 GB/s), FLOPs and bytes counted here from the signature's shapes."""

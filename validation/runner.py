@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from phantora.engine.ops import CostSource, OpKind
+from phantora.engine.ops import CostSource
 from phantora.errors import PhantoraError
 
 from .cases import Case
@@ -74,21 +74,19 @@ def cost_label(shares: dict[str, float]) -> str:
 
 def trace_cost_sources(trace: str | Path) -> dict[str, float]:
     """Share of simulated kernel time per cost source, over all ranks of a trace."""
-    import numpy as np
-
     from phantora.trace.reader import TraceReader
+    from phantora.trace.summary import kernel_time_by_source
 
-    totals: dict[int, float] = {}
     with TraceReader(trace) as reader:
-        for r in reader.ranks:
-            ops = reader.ops(r)
-            kern = ops[ops["kind"] == int(OpKind.KERNEL)]
-            if not len(kern):
-                continue
-            sums = np.bincount(kern["source"].astype(np.int64), weights=kern["duration"].astype(np.float64))
-            for src, t in enumerate(sums):
-                if t > 0:
-                    totals[src] = totals.get(src, 0.0) + float(t)
+        return source_shares([kernel_time_by_source(reader.ops(r)) for r in reader.ranks])
+
+
+def source_shares(per_rank: list[dict[int, float]]) -> dict[str, float]:
+    """Share of kernel time per cost source name, from each rank's kernel time per source."""
+    totals: dict[int, float] = {}
+    for times in per_rank:
+        for src, t in times.items():
+            totals[src] = totals.get(src, 0.0) + t
     whole = sum(totals.values())
     return {source_name(k): v / whole for k, v in sorted(totals.items())} if whole > 0 else {}
 
@@ -257,6 +255,9 @@ class CachedRunner:
         t0 = time.perf_counter()
         rr = replay(trace, cluster=case.cluster, nodes=case.nodes, recost=True)   # today's profiles
         base.wall_s = time.perf_counter() - t0
+        if rr.kernel_time_by_source:          # the replay re-costed every kernel: its sources, not the live run's
+            base.cost_sources = source_shares(rr.kernel_time_by_source)
+            base.cost_source = cost_label(base.cost_sources)
         rec = case.record
         it = rr.iteration_s
         if it == it and it > 0:      # not NaN

@@ -7,7 +7,8 @@ Order of sources for a signature that launches a kernel:
 3. PROFILE   - (detail "interpolated") a matmul absent from the profile, interpolated from its nearest measured
                GEMMs of the same dtype (phantora.costmodel.interpolate);
 4. CROSS_GPU - another GPU's profile has the signature (or a near GEMM): its duration scaled by the ratio of the two
-               GPUs' roofline estimates;
+               GPUs' roofline estimates (for the same silicon at a lower power limit, with compute slowed by
+               the clock the limit leaves: costmodel/power.py);
 5. ROOFLINE  - FLOPs and bytes against this GPU's peaks and per-family efficiencies.
 
 Views, metadata, allocation-only ops and collectives cost nothing here (`is_view=True`, source NONE); collectives
@@ -24,6 +25,7 @@ from ..gpus import GPUSpec, load_gpu
 from .cost import Cost
 from .families import work
 from .interpolate import MatmulInterpolator
+from .power import compute_slowdown
 from .profiledb import summarize
 from .roofline import EfficiencyTable, RooflineModel
 from .signature import Signature
@@ -44,20 +46,26 @@ class CostModel:
                  table: EfficiencyTable | None = None, interpolate: bool = True, live_repeats: int = 20,
                  allow_other_live_gpu: bool = False):
         self.gpu = gpu
-        self.roofline = RooflineModel(gpu, table)
         if profile_db is not None and profile_db.gpu != gpu.name:
             raise PhantoraError(f"profile database {profile_db.path} was measured on '{profile_db.gpu}', not on "
                                 f"'{gpu.name}'; pass it as fallback_gpu_db to scale it across GPUs")
         self.profile_db = profile_db
         self.fallback_db = fallback_gpu_db
         self.fallback_roofline: RooflineModel | None = None
+        other = None
+        # Compute-bound work is slower where this GPU is the profiled silicon at a lower power limit
+        # (costmodel/power.py); 1.0 otherwise.
+        self.power_slowdown = 1.0
         if fallback_gpu_db is not None:
             other = fallback_gpu or load_gpu(fallback_gpu_db.gpu)
             if other.name != fallback_gpu_db.gpu:
                 raise PhantoraError(f"fallback profile {fallback_gpu_db.path} is of '{fallback_gpu_db.gpu}', "
                                     f"but fallback_gpu is '{other.name}'")
-            # Same architecture: same efficiencies, so the ratio is the hardware's (peaks, bandwidth). Otherwise
-            # each GPU is modelled with its own architecture's table.
+            self.power_slowdown = compute_slowdown(other, gpu)
+        self.roofline = RooflineModel(gpu, table, compute_slowdown=self.power_slowdown)
+        if other is not None:
+            # Same architecture: same efficiencies, so the ratio is the hardware's (peaks, bandwidth, power
+            # limit). Otherwise each GPU is modelled with its own architecture's table.
             same_arch = other.arch.lower() == gpu.arch.lower()
             self.fallback_roofline = RooflineModel(other, self.roofline.table if same_arch else None)
         self._interp = MatmulInterpolator(profile_db) if (profile_db is not None and interpolate) else None

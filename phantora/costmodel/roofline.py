@@ -233,10 +233,12 @@ def peak_flops(gpu: GPUSpec, key: str) -> float:
 class RooflineModel:
     """Costs a signature on one GPU from its FLOPs and bytes (see module docstring)."""
 
-    def __init__(self, gpu: GPUSpec, table: EfficiencyTable | None = None):
+    def __init__(self, gpu: GPUSpec, table: EfficiencyTable | None = None, compute_slowdown: float = 1.0):
         self.gpu = gpu
         self.table = table or default_table(gpu)
         self.table.validate()
+        # > 1 for a GPU held at a lower power limit than the one the efficiencies describe (costmodel/power.py)
+        self.compute_slowdown = compute_slowdown
         self._bw = gpu.hbm_bytes_per_s
         self._pcie = gpu.pcie_gbyte_per_s * 1e9 * self.table.pcie_efficiency
         self._peaks: dict[str, float] = {}
@@ -245,7 +247,7 @@ class RooflineModel:
         key = w.dtype if w.tensor_core else ("fp64" if w.dtype == "fp64" else "fp32")
         p = self._peaks.get(key)
         if p is None:
-            p = self._peaks[key] = peak_flops(self.gpu, key)
+            p = self._peaks[key] = peak_flops(self.gpu, key) / self.compute_slowdown
         return p
 
     def estimate(self, sig: Signature) -> Cost:

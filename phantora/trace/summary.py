@@ -46,6 +46,15 @@ def union_length(starts: np.ndarray, ends: np.ndarray) -> float:
     return float(np.sum(e - s))
 
 
+def kernel_time_by_source(ops: np.ndarray) -> dict[int, float]:
+    """Kernel time of one rank's op rows per cost source (engine.ops.CostSource value -> seconds)."""
+    kern = ops[ops["kind"] == int(OpKind.KERNEL)]
+    if not len(kern):
+        return {}
+    sums = np.bincount(kern["source"].astype(np.int64), weights=kern["duration"].astype(np.float64))
+    return {src: float(t) for src, t in enumerate(sums) if t > 0}
+
+
 def summarize_ops(ops: np.ndarray, names: list[str], iterations: np.ndarray | None = None,
                   top: int = DEFAULT_TOP) -> dict[str, Any]:
     """Summary of one rank's op rows (schema.OP_DTYPE); `iterations` defaults to its ITER_MARK end times."""

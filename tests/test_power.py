@@ -1,0 +1,180 @@
+"""The power-limit model (phantora/costmodel/power.py) against the H100 power measurement it is built on
+(presets/profiles/power/h100-sxm-80gb.json) and against the physics it assumes."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import statistics
+
+import pytest
+
+from phantora.costmodel.model import CostModel
+from phantora.costmodel.power import compute_slowdown, sustained_clock_mhz
+from phantora.costmodel.powerprobe import GEMM_CLOCK_PROBES, power_table
+from phantora.costmodel.profiledb import ProfileDB
+from phantora.costmodel.select import profiles_dir
+from phantora.costmodel.signature import Signature
+from phantora.engine.ops import CostSource
+from phantora.errors import PhantoraError, PresetError
+from phantora.gpus import GPUSpec, load_gpu
+from phantora.paths import presets_dir
+from phantora.tomlconf import build, to_table
+
+MEASURED = presets_dir() / "profiles" / "power" / "h100-sxm-80gb.json"
+
+
+@pytest.fixture(scope="module")
+def data() -> dict:
+    return json.loads(MEASURED.read_text())
+
+
+@pytest.fixture(scope="module")
+def h100() -> GPUSpec:
+    return load_gpu("h100-sxm-80gb")
+
+
+def _probes(data):
+    return {p["probe"]: p for p in data["probes"]}
+
+
+def test_measurement_was_taken_at_the_presets_limit(data, h100):
+    assert data["info"]["power_limit_w"] == h100.tdp_w
+    assert data["info"]["gpu"] == h100.display_name
+
+
+def test_gemm_throughput_follows_the_sm_clock(data):
+    """The model's premise: a compute-bound kernel's speed is proportional to the SM clock. The same GEMM with
+    inputs that toggle fewer bits draws less power and runs at a higher clock; TFLOP/s per MHz must not move."""
+    p = _probes(data)
+    clocks = [p[n]["sm_clock_mean_mhz"] for n in GEMM_CLOCK_PROBES]
+    assert max(clocks) / min(clocks) > 1.15            # the probes do span different clocks
+    per_mhz = [p[n]["tflops"] / p[n]["sm_clock_mean_mhz"] for n in GEMM_CLOCK_PROBES]
+    assert max(per_mhz) / min(per_mhz) < 1.03
+
+
+def test_memory_bound_kernels_run_at_full_clock_under_the_limit(data, h100):
+    """HBM-bound kernels draw less than the limit and reach the datasheet bandwidth's order: not throttled."""
+    p = _probes(data)
+    for n in ("copy_2GiB", "add_2GiB"):
+        assert p[n]["power_w"] < h100.tdp_w
+        assert p[n]["sm_clock_mhz"] == data["info"]["max_sm_clock_mhz"]
+        assert 0.8 < p[n]["gbyte_per_s"] / h100.hbm_bandwidth_gbyte_per_s <= 1.0
+
+
+def test_a_burst_load_runs_the_same_gemm_faster(data):
+    """The power controller averages: the lower the GEMM's duty cycle, the higher the clock it is left."""
+    duty = sorted((p for p in data["probes"] if p["probe"].startswith("duty_") and "x40" not in p["probe"]),
+                  key=lambda p: -p["gemm_share"])
+    speeds = [p["gemm_tflops"] for p in duty]
+    assert all(b >= a * 0.99 for a, b in zip(speeds, speeds[1:]))
+    assert speeds[-1] > 1.1 * speeds[0]
+
+
+def test_preset_power_table_is_derived_from_the_measurement(data, h100):
+    table = power_table(data, h100.power.step_compute_share)
+    assert table == pytest.approx(to_table(h100.power), rel=0.005)
+
+
+def test_power_rises_steeper_than_the_clock(h100):
+    """Dynamic power grows faster than linearly with the clock (the voltage rises with it): CMOS physics."""
+    assert 2.0 <= h100.power.dynamic_exponent <= 3.5
+
+
+def test_model_reproduces_the_measured_step_clock(h100):
+    """Under its own 700 W limit the step held 684 W at the measured clock; the model puts it within 3%."""
+    f = sustained_clock_mhz(h100.power, h100.tdp_w)
+    assert f == pytest.approx(h100.power.step_clock_mhz, rel=0.03)
+
+
+def test_lower_limits_give_lower_clocks_and_the_tensor_clock_caps_them(h100):
+    p = h100.power
+    limits = [300, 400, 500, 600, 700, 800, 2000]
+    clocks = [sustained_clock_mhz(p, c) for c in limits]
+    assert all(a < b or b == p.tensor_clock_mhz for a, b in zip(clocks, clocks[1:]))
+    assert clocks[-1] == p.tensor_clock_mhz
+    # energy balance at the clock found: the step's average power equals the limit
+    x, g = p.step_compute_share, p.dynamic_exponent
+    d = (p.step_power_w - (1 - x) * p.memory_bound_w) / x - p.base_w
+    for c, f in zip(limits[:5], clocks[:5]):
+        r = p.step_clock_mhz / f
+        avg = (x * r * (p.base_w + d * r ** -g) + (1 - x) * p.memory_bound_w) / (x * r + 1 - x)
+        assert avg == pytest.approx(c, rel=1e-6)
+
+
+def test_limit_at_idle_power_is_refused(h100):
+    with pytest.raises(PhantoraError, match="idle power"):
+        sustained_clock_mhz(h100.power, h100.power.base_w)
+
+
+def test_slowdown_only_for_the_same_silicon_at_another_limit(h100):
+    assert compute_slowdown(h100, h100) == 1.0
+    assert compute_slowdown(h100, load_gpu("a100-sxm-80gb")) == 1.0            # another architecture
+    assert compute_slowdown(load_gpu("h200-sxm-141gb"), h100) == 1.0           # no [power] table measured
+    hbm2e = load_gpu("h100-96gb-hbm2e")
+    s = compute_slowdown(h100, hbm2e)
+    assert s == pytest.approx(sustained_clock_mhz(h100.power, 700) / sustained_clock_mhz(h100.power, 500))
+    assert 1.05 < s < 1.5
+    faster = dataclasses.replace(hbm2e, tdp_w=800.0)
+    assert compute_slowdown(h100, faster) < 1.0
+
+
+def test_cross_gpu_costs_slow_compute_not_memory(h100):
+    """Costed across from the 700 W H100's profile, the 500 W HBM2e H100 runs a big GEMM slower by the clock
+    ratio and a copy slower by the bandwidth ratio, whatever the profile says of either."""
+    hbm2e = load_gpu("h100-96gb-hbm2e")
+    db = ProfileDB.open(profiles_dir() / "h100-sxm-80gb.h5")
+    model = CostModel(hbm2e, fallback_gpu_db=db)
+    s = compute_slowdown(h100, hbm2e)
+    assert model.power_slowdown == s
+    n = 0
+    for key, rec in db.items():
+        sig = Signature.from_key(key)
+        if rec.median_us < 200:
+            continue
+        c = model.estimate(sig)
+        if c.source != CostSource.CROSS_GPU or c.detail:
+            continue
+        ratio = c.duration_s * 1e6 / rec.median_us
+        bound = model.fallback_roofline.bound(_work(sig))
+        if c.family == "matmul" and bound == "compute":
+            assert ratio == pytest.approx(s, rel=0.02)
+            n += 1
+        elif c.family in ("copy", "elementwise") and bound == "memory":
+            assert ratio == pytest.approx(h100.hbm_bandwidth_gbyte_per_s / hbm2e.hbm_bandwidth_gbyte_per_s,
+                                          rel=0.05)
+            n += 1
+    assert n >= 10
+
+
+def _work(sig):
+    from phantora.costmodel.families import work
+
+    return work(sig)
+
+
+def test_power_table_needs_the_limit_it_was_measured_at(h100):
+    table = to_table(h100)
+    table["tdp_w"] = 0.0
+    with pytest.raises(PresetError, match="tdp_w"):
+        build(GPUSpec, table)
+
+
+def test_power_table_rejects_implausible_values(h100):
+    table = to_table(h100)
+    table["power"]["step_compute_share"] = 1.5
+    with pytest.raises(PresetError, match="step_compute_share"):
+        build(GPUSpec, table)
+    table = to_table(h100)
+    table["power"]["memory_bound_w"] = 10.0
+    with pytest.raises(PresetError, match="base_w < memory_bound_w"):
+        build(GPUSpec, table)
+
+
+def test_step_measurement_is_steady(data):
+    """The reference step was sampled over a steady window (several seconds, power held under the limit)."""
+    step = _probes(data)["step"]
+    assert step["returncode"] == 0 and step["seconds"] > 5
+    assert step["power_w"] <= data["info"]["power_limit_w"]
+    assert "sw_power_cap" in step["throttle"]
+    assert statistics.fmean([step["power_w"], step["power_sampled_w"]]) == pytest.approx(step["power_w"], rel=0.02)
