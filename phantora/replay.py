@@ -8,7 +8,6 @@ Collectives and transfers are always re-simulated on the (possibly new) network.
 
 from __future__ import annotations
 
-import gc
 import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -24,6 +23,7 @@ from .engine.core import Engine
 from .engine.ops import OpKind
 from .engine.recorder import Recorder
 from .errors import PhantoraError, TraceError
+from .gcpause import gc_paused
 from .trace.deps import check_dependencies
 
 
@@ -131,19 +131,14 @@ def replay(trace: str | Path, *, cluster: str | None = None, nodes: int | None =
             engine.add_group(gid, ranks, name)
             if writer is not None:
                 writer.add_group(gid, ranks, name)
-        # The replay allocates an object or two per op and makes no cycles worth collecting: the cyclic garbage
-        # collector would only cost time (about a third of it), scanning the op objects over and over.
-        gc_was_enabled = gc.isenabled()
-        gc.disable()
         try:
-            n_ops, wall, done, recorded = _simulate(reader, engine, recorder, simulated, recoster, progress, trace)
+            with gc_paused():
+                n_ops, wall, done, recorded = _simulate(reader, engine, recorder, simulated, recoster, progress,
+                                                        trace)
         except BaseException as e:
             if writer is not None:
                 writer.close(error=f"{type(e).__name__}: {e}")
             raise
-        finally:
-            if gc_was_enabled:
-                gc.enable()
         names = recorder.names
         if writer is not None:
             writer.update_meta({"complete_simulation": bool(done)})

@@ -1,9 +1,8 @@
-"""Run the engine on op streams and record the result as a trace: the path shared by live runs and synthetic
-workloads (replay uses the same engine and recorder, reading its streams from a trace)."""
+"""Run the engine on op streams given in memory and record the result as a trace (synthetic workloads and tests;
+live runs feed the same engine from their ranks, replay from a trace)."""
 
 from __future__ import annotations
 
-import gc
 import platform
 import sys
 from pathlib import Path
@@ -13,6 +12,7 @@ from .cluster import ClusterSpec
 from .engine.core import Engine
 from .engine.ops import Op
 from .engine.recorder import Recorder
+from .gcpause import gc_paused
 
 
 def run_meta(spec: ClusterSpec, command: list[str], simulated: list[int], rank_map: list[int], mode: str,
@@ -47,20 +47,16 @@ def simulate_streams(spec: ClusterSpec, streams: dict[int, list[Op]], out: str |
         engine.add_group(gid, ranks, name)
     for gid, g in engine.groups.items():
         writer.add_group(gid, g.ranks, g.name)
-    gc_was_enabled = gc.isenabled()
-    gc.disable()   # an object or two per op and no cycles worth collecting: the collector would only cost time
     try:
-        for r in simulated:
-            engine.feed(r, streams[r])
-            engine.close(r)
-        done = engine.run()
-        recorder.flush()
+        with gc_paused():
+            for r in simulated:
+                engine.feed(r, streams[r])
+                engine.close(r)
+            done = engine.run()
+            recorder.flush()
     except BaseException as e:
         writer.close(error=f"{type(e).__name__}: {e}")
         raise
-    finally:
-        if gc_was_enabled:
-            gc.enable()
     writer.update_meta({"complete_simulation": bool(done)})
     writer.close()
     return engine

@@ -209,14 +209,18 @@ def test_replay_reports_the_recosted_sources(recosted):
     from phantora.trace.reader import TraceReader
 
     path, out, result = recosted
-    assert result.kernel_time_by_source
-    with TraceReader(out) as after:
+    with TraceReader(path) as before, TraceReader(out) as after:
+        assert len(result.kernel_time_by_source) == len(after.ranks)
         for r, times in zip(after.ranks, result.kernel_time_by_source):
             k = after.ops(r)
             k = k[k["kind"] == 0]
             assert sum(times.values()) == pytest.approx(float(k["duration"].sum()), rel=1e-9)
             signed = float(k["duration"][k["sig"] >= 0].sum())
             assert times.get(int(CostSource.PROFILE), 0.0) == pytest.approx(signed, rel=1e-9)
+            # unsigned kernels keep their recorded (roofline) cost
+            b = before.ops(r)
+            b = b[(b["kind"] == 0) & (b["sig"] < 0)]
+            assert times.get(int(CostSource.ROOFLINE), 0.0) == pytest.approx(float(b["duration"].sum()), rel=1e-9)
 
 
 def test_recosted_kernels_are_not_faster_than_the_roofline(recosted):

@@ -329,7 +329,8 @@ def _dispatch_run(stub_cache, tmp_path, **env) -> set[str]:
 
 def test_fused_kernels_match_what_a_cuda_build_launched(stub_cache, tmp_path):
     real = {op["op"].removeprefix("aten::") for op in json.loads(INSITU_OPS.read_text())["ops"]}
-    names = _dispatch_run(stub_cache, tmp_path, PHANTORA_GPU="h100-sxm-80gb")
+    # the release of the in-situ run (torch 2.11), whatever torch is installed here
+    names = _dispatch_run(stub_cache, tmp_path, PHANTORA_GPU="h100-sxm-80gb", PHANTORA_TORCH_CUDA="2.11")
     for fused in ("_fused_rms_norm", "_fused_rms_norm_backward", "silu_backward"):
         assert fused in real and fused in names
     # the decompositions a CPU-only torch would otherwise record: none ran on the GPU
@@ -351,7 +352,9 @@ def test_an_older_torch_release_keeps_rmsnorm_composite_and_flash_first(stub_cac
 def test_forced_sdpa_order_and_gpu_without_cudnn_preference(stub_cache, tmp_path):
     forced = _dispatch_run(stub_cache, tmp_path, PHANTORA_GPU="h100-sxm-80gb", PHANTORA_SDPA="flash,efficient,math")
     assert "_scaled_dot_product_flash_attention_backward" in forced and "_fused_rms_norm" in forced
-    a100 = _dispatch_run(stub_cache, tmp_path, PHANTORA_GPU="a100-sxm-80gb")     # sm80: flash first
+    assert not any("cudnn" in n for n in forced)
+    # a release that puts cuDNN first on sm90: on sm80 flash still comes first
+    a100 = _dispatch_run(stub_cache, tmp_path, PHANTORA_GPU="a100-sxm-80gb", PHANTORA_TORCH_CUDA="2.9")
     assert "_scaled_dot_product_flash_attention" in a100 and not any("cudnn" in n for n in a100)
 
 

@@ -177,11 +177,18 @@ def test_cache_replays_and_sees_a_changed_network(tmp_path):
 
     again = runner(case)
     assert (again.mode, live.calls) == ("replay", 1)
+    # premise: the synthetic step's exposed communication outlasts its kernels, so re-costing them (from the
+    # roofline to the H100 profile) leaves the step where the network puts it
+    from phantora.trace.reader import TraceReader
+    from phantora.trace.summary import summarize
+
+    with TraceReader(again.trace) as rd:
+        r0 = summarize(rd)["ranks"][0]
+    assert r0["exposed_communication"] > r0["compute"]
     assert again.iteration_s == pytest.approx(first.iteration_s, rel=1e-9)
     # the live run costed its kernels by the roofline; the replay re-costs them from today's H100 profile and
     # reports its own sources
     assert trace_cost_sources(again.trace) == {"roofline": 1.0}
-    assert sum(again.cost_sources.values()) == pytest.approx(1.0)
     assert again.cost_sources.get("profile", 0.0) > 0.0
     assert again.memory_gib == pytest.approx(first.memory_gib)
 

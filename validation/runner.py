@@ -21,6 +21,7 @@ from typing import Any, Callable
 
 from phantora.engine.ops import CostSource
 from phantora.errors import PhantoraError
+from phantora.throughput import tokens_per_s_per_gpu
 
 from .cases import Case
 
@@ -105,7 +106,8 @@ def parse_summary(summary: dict[str, Any], case: Case) -> SimResult:
     if isinstance(tps, (int, float)) and tps > 0:
         res.tokens_per_s_per_gpu = float(tps)
     elif res.iteration_s:
-        res.tokens_per_s_per_gpu = rec.workload.tokens_per_step / res.iteration_s / rec.hardware.gpus
+        res.tokens_per_s_per_gpu = tokens_per_s_per_gpu(rec.workload.tokens_per_step, res.iteration_s,
+                                                        rec.hardware.gpus)
     mfu = summary.get("mfu")
     if isinstance(mfu, (int, float)):
         res.mfu_percent = 100.0 * float(mfu)
@@ -116,10 +118,6 @@ def parse_summary(summary: dict[str, Any], case: Case) -> SimResult:
         peak = max((v for v in values if isinstance(v, (int, float))), default=None)
     if isinstance(peak, (int, float)) and peak > 0:
         res.memory_gib = float(peak) / GIB
-    shares = summary.get("cost_sources")
-    if isinstance(shares, dict) and shares:
-        res.cost_sources = {str(k): float(v) for k, v in shares.items()}
-        res.cost_source = cost_label(res.cost_sources)
     if isinstance(summary.get("trace"), str):
         res.trace = summary["trace"]
     wall = summary.get("wall_s")
@@ -249,20 +247,20 @@ class CachedRunner:
         trace = d / "trace.h5"
         base = parse_summary(json.loads((d / "summary.json").read_text()), case)
         base.mode, base.trace = "replay", str(trace)
-        _attach_sources(base, trace)
-        if base.oom:
+        if base.oom:              # not replayed: the live run's costs
+            _attach_sources(base, trace)
             return base
         t0 = time.perf_counter()
         rr = replay(trace, cluster=case.cluster, nodes=case.nodes, recost=True)   # today's profiles
         base.wall_s = time.perf_counter() - t0
-        if rr.kernel_time_by_source:          # the replay re-costed every kernel: its sources, not the live run's
-            base.cost_sources = source_shares(rr.kernel_time_by_source)
-            base.cost_source = cost_label(base.cost_sources)
+        # the replay re-costed every kernel: its sources, not the live run's
+        base.cost_sources = source_shares(rr.kernel_time_by_source)
+        base.cost_source = cost_label(base.cost_sources)
         rec = case.record
         it = rr.iteration_s
         if it == it and it > 0:      # not NaN
             base.iteration_s = it
-            base.tokens_per_s_per_gpu = rec.workload.tokens_per_step / it / rec.hardware.gpus
+            base.tokens_per_s_per_gpu = tokens_per_s_per_gpu(rec.workload.tokens_per_step, it, rec.hardware.gpus)
             base.mfu_percent = 100.0 * rr.mfu if rr.mfu is not None else None
         else:
             raise CaseFailed(f"replaying {trace} gave no iteration time (fewer than two iteration marks)")

@@ -6,7 +6,7 @@ kernels of a training step), is at the limit. Measured on an H100 (presets/profi
 
 - a compute-bound kernel's throughput is proportional to the SM clock (bf16 GEMM: 0.48-0.49 TFLOP/s per MHz from
   1,380 to 1,665 MHz), while HBM-bound kernels do not depend on it;
-- under a fixed load, board power = base + dynamic x f^gamma: gamma = 2.6 from one GEMM run in bursts of
+- under a fixed load, board power = base + dynamic x f^gamma: gamma = 2.54 from one GEMM run in bursts of
   different duty cycles (the controller then settles at different clocks for the same kernel);
 - a training step (Llama 3 8B layers, sequence 8192) holds the limit: 684 W at 1,570 MHz under 700 W.
 
@@ -22,7 +22,8 @@ phases make up for them: the controller holds the average, not each kernel.
 
 Approximations: the step's compute share is the reference step's; HBM-bound kernels keep their speed and the
 power measured on the profiled GPU's memory (for an H100 with HBM2e instead of HBM3 that power is not measured:
-scaling it with bandwidth would give a 1.16x instead of a 1.23x slowdown at 500 W).
+scaling its dynamic part and the HBM-bound time with the bandwidth would give a 1.16x instead of a 1.23x slowdown
+at 500 W).
 """
 
 from __future__ import annotations

@@ -1,14 +1,16 @@
 """Which measured profiles a cost model uses for a GPU, by default.
 
 - the GPU's own profile database, `presets/profiles/<gpu preset>.h5`, when one was measured (or an explicit path);
-- otherwise, as the cross-GPU fallback, the profile of a measured GPU of the same architecture (an H100 96 GB
-  HBM2e is costed from the H100 SXM 80 GB profile, scaled by the two GPUs' roofline ratio), or of any measured GPU
+- otherwise, as the cross-GPU fallback, the profile of a measured GPU of the same architecture, the one with the
+  closest memory bandwidth (an H100 96 GB HBM2e is costed from the H100 SXM 80 GB profile, an H200 NVL from the
+  H200 SXM's, scaled by the two GPUs' roofline ratio), or of any measured GPU
   when none of its architecture was measured (an A100 from the H100's profile, each with its architecture's fitted
   efficiencies); roofline estimates remain for signatures no profile has.
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from ..errors import PhantoraError
@@ -33,7 +35,11 @@ def fallback_gpu(gpu: GPUSpec) -> str | None:
     if gpu.name in measured or not measured:
         return None
     same_arch = [m for m in measured if load_gpu(m).arch.lower() == gpu.arch.lower()]
-    return (same_arch or measured)[0]
+    if not same_arch:
+        return measured[0]
+    # of one architecture, the memory closest in bandwidth (HBM3e stands in for HBM3e, HBM3 for HBM2e)
+    return min(same_arch, key=lambda m: abs(math.log(load_gpu(m).hbm_bandwidth_gbyte_per_s
+                                                   / gpu.hbm_bandwidth_gbyte_per_s)))
 
 
 def default_cost_model(gpu: GPUSpec, profile: str | Path | None = None, **kwargs) -> CostModel:

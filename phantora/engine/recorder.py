@@ -39,7 +39,7 @@ class Recorder:
     """The engine's sink for traces: `Recorder(writer)`, then `attach(engine)`, then `flush()` as often as wanted.
 
     `writer` may be None (rows are only built and kept, e.g. for a replay that writes no trace); `keep=True` keeps
-    every row built so that `rows(rank)` and `dependencies()` return whole tables, not just what the writer has not
+    every row built so that `rows(rank)` returns whole tables, not just what the writer has not
     had yet.
     """
 
@@ -57,7 +57,6 @@ class Recorder:
         self._blocks: dict[int, dict[int, int]] = {}      # per rank: block id -> bytes (for FREE's mem_delta)
         self._events: dict[int, dict[int, int]] = {}      # per rank: event id -> op index of its latest record
         self._deps: list[np.ndarray] = []                 # dependency rows not yet handed to the writer
-        self._all_deps: list[np.ndarray] = []             # every dependency row (keep=True)
         self._names: dict[str, int] = {}
         self._name_list: list[str] = []
         self._coll_ids = np.empty(0, np.int64)           # engine collective ids, sorted
@@ -65,7 +64,6 @@ class Recorder:
         self._colls_seen = 0
         self._colls_written = 0
         self.n_ops = 0                                     # rows handed to the writer
-        self.n_dependencies = 0                            # dependency rows built
         for r in ranks:
             self._add_rank(r)
         if writer is None:
@@ -160,15 +158,12 @@ class Recorder:
                 del self._templates[rank]        # used up
         else:
             rows = self._build(rank, base, block)
-        new_deps = self._deps[n_deps:]
-        self.n_dependencies += sum(len(d) for d in new_deps)
         if self.writer is not None:
             self._pending[rank].append(rows)
         else:
             del self._deps[n_deps:]
         if self.keep:
             self._kept[rank].append(rows)
-            self._all_deps.extend(new_deps)
 
     def _build(self, rank: int, base: int, block: list) -> np.ndarray:
         n = len(block)
@@ -288,14 +283,6 @@ class Recorder:
         if len(parts) > 1:
             parts[:] = [np.concatenate(parts)]
         return parts[0]
-
-    def dependencies(self) -> np.ndarray:
-        """Dependency rows (schema.DEP_DTYPE) of the complete prefixes: all of them with keep=True, else those not
-        yet flushed."""
-        for rank in self._reports:
-            self._take(rank)
-        deps = self._all_deps if self.keep else self._deps
-        return np.concatenate(deps) if deps else np.empty(0, S.DEP_DTYPE)
 
     def flush(self) -> None:
         """Build the rows of every complete prefix; hand them, the new dependencies and the finished collectives

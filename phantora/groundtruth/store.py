@@ -55,13 +55,6 @@ def load_suite(suite: str, root: str | Path | None = None) -> list[tuple[Path, R
     return out
 
 
-def load_all(root: str | Path | None = None) -> list[tuple[Path, Record]]:
-    out = []
-    for suite in list_suites(root):
-        out.extend(load_suite(suite, root))
-    return out
-
-
 def config_key(rec: Record) -> tuple:
     """What identifies the measured configuration: hardware and workload, less versions and prose."""
     hw = tuple(getattr(rec.hardware, k) for k in HARDWARE_KEYS)

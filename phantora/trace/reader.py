@@ -7,7 +7,6 @@ crashed) opens normally with `complete == False` and a `warning` text; it holds 
 
 from __future__ import annotations
 
-import gc
 import json
 import os
 import zlib
@@ -22,6 +21,7 @@ import numpy as np
 
 from phantora.engine.ops import CostSource, Op, OpKind
 from phantora.errors import TraceError
+from phantora.gcpause import gc_paused
 from phantora.trace import chunks
 from phantora.trace import schema as S
 
@@ -211,15 +211,10 @@ class TraceReader:
                              f"but the string table has {len(names)} entries")
         columns = [rows[col].tolist() for _, col in _DIRECT]
         op_names = list(map(names.__getitem__, name_ids.tolist()))
-        gc_was_enabled = gc.isenabled()
-        gc.disable()   # the new objects hold no cycles; collecting while building them only costs time
-        try:
+        with gc_paused():
             # one positional constructor call per row touches each object once: faster than keyword calls of
             # Op(...) and than setting the objects' attributes column by column
             return list(map(_RowOp, kinds, sources, op_names, *columns))
-        finally:
-            if gc_was_enabled:
-                gc.enable()
 
     def close(self) -> None:
         self._f.close()
