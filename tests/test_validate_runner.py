@@ -72,8 +72,11 @@ def test_torchtitan_command_follows_the_record():
                 assert flag(opts, "--sdpa").startswith("flash")
             else:
                 assert "--sdpa" not in opts
+        recipe_2024 = release is not None and _release_tuple(release) < (2, 8)
+        # per-layer checkpointing exists only in the 2024 recipe (TorchTitan 0.3.0 checkpoints per op)
         expressible = fw.recipe(wl.model).supported and not wl.compile and not wl.float8 \
-            and wl.activation_checkpointing in ("none", "full", "selective-op")
+            and (wl.activation_checkpointing in ("none", "full", "selective-op")
+                 or (wl.activation_checkpointing == "selective-layer" and recipe_2024))
         if not expressible:
             assert not case.runnable and case.unsupported
             continue
@@ -82,15 +85,18 @@ def test_torchtitan_command_follows_the_record():
         assert args[:3] == ["python", "-m", "torchtitan.train"]
         # runs before torch 2.8 are TorchTitan's 2024 runs: its 2024 recipe (causal SDPA, whole-logit loss) on
         # 0.3.0's trainer
-        recipe_2024 = release is not None and _release_tuple(release) < (2, 8)
         module = "phantora.torchtitan_2024" if recipe_2024 else fw.recipe(wl.model).module
         assert flag(args, "--module") == module
+        layer_ac = wl.activation_checkpointing == "selective-layer"
         if recipe_2024:
-            assert flag(args, "--config") == wl.model.replace("-", "_")
+            assert flag(args, "--config") == wl.model.replace("-", "_") + ("_ac_layer" if layer_ac else "")
         assert flag(args, "--training.local-batch-size") == str(wl.micro_batch)
         assert flag(args, "--training.seq-len") == str(wl.seq_len)
         assert flag(args, "--parallelism.data-parallel-shard-degree") == str(wl.parallelism.dp_shard)
         assert flag(args, "--parallelism.tensor-parallel-degree") == str(wl.parallelism.tp)
+        if layer_ac:                 # the config sets the checkpointing: no sub-command may replace it
+            assert not any(a.startswith("activation-checkpoint:") for a in args)
+            continue
         ac = {"none": "none", "full": "full", "selective-op": "selective"}[wl.activation_checkpointing]
         assert args[-1] == f"activation-checkpoint:{ac}"      # tyro's sub-command comes last
     assert checked >= 3

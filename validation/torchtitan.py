@@ -16,7 +16,8 @@ from phantora.groundtruth.schema import Record
 
 STEPS = 6            # optimizer steps per simulated run: the first is set-up, the rest give the median iteration
 
-# record's activation checkpointing -> TorchTitan 0.3.0's sub-command (its selective AC is per-op only)
+# record's activation checkpointing -> TorchTitan 0.3.0's sub-command (its selective AC is per-op only;
+# "selective-layer" is a config of the 2024 recipe, phantora/torchtitan_2024.py)
 AC_COMMANDS = {"none": "none", "full": "full", "selective-op": "selective"}
 
 
@@ -97,15 +98,26 @@ def torchtitan_args(record: Record, *, steps: int = STEPS) -> list[str]:
         raise UnsupportedCase("torch.compile is not simulated (compiled runs need a model of kernel fusion)")
     if wl.float8:
         raise UnsupportedCase("Float8 training is not simulated")
-    ac = AC_COMMANDS.get(wl.activation_checkpointing)
-    if ac is None:
-        raise UnsupportedCase(f"activation checkpointing '{wl.activation_checkpointing}' has no TorchTitan 0.3.0 "
-                              f"equivalent (its selective AC is per-op)")
     p = wl.parallelism
     if p.ep > 1:
         raise UnsupportedCase("expert parallelism is not mapped yet")
     # records measured before torch 2.8 ran the TorchTitan of 2024, whose recipe phantora/torchtitan_2024.py keeps
     config = recipe_2024_config(wl.model) if _release_before(record, (2, 8)) else None
+    if wl.activation_checkpointing == "selective-layer":
+        # 2024's per-layer checkpointing: a config of the 2024 recipe sets it (TorchTitan 0.3.0 has no sub-command)
+        from phantora.torchtitan_2024 import LAYER_AC_EVERY
+
+        period = wl.ac_layer_period or LAYER_AC_EVERY
+        if config is None or period != LAYER_AC_EVERY:
+            raise UnsupportedCase(f"per-layer selective checkpointing (every {period} blocks) is simulated only in "
+                                  f"TorchTitan's 2024 recipe, every {LAYER_AC_EVERY} blocks (TorchTitan 0.3.0 "
+                                  f"checkpoints per op)")
+        config, ac = f"{config}_ac_layer", None
+    else:
+        ac = AC_COMMANDS.get(wl.activation_checkpointing)
+        if ac is None:
+            raise UnsupportedCase(f"activation checkpointing '{wl.activation_checkpointing}' has no TorchTitan "
+                                  f"0.3.0 equivalent")
     argv = torchtitan_argv(wl.model, assets_dir=assets_root() / wl.model, dp_shard=p.dp_shard, tp=p.tp, pp=p.pp,
                            cp=p.cp, dp_replicate=p.dp_replicate, local_batch=wl.micro_batch, seq_len=wl.seq_len,
                            ac=ac, steps=steps, python="python",

@@ -297,7 +297,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--json-out", default=None, help="also write the SUMMARY json to this file (rank 0)")
     p.add_argument("--kernel-profile", default=None, metavar="DIR",
                    help="on CUDA, record steps 3-4 with torch.profiler and write the in-situ GPU time of every op "
-                        "(DIR/ops.json) and kernel (DIR/kernels.json) of rank 0")
+                        "(DIR/ops.json), kernel (DIR/kernels.json) and the kernel timeline (DIR/timeline.json) "
+                        "of rank 0")
     p.add_argument("--describe", action="store_true",
                    help="print the model's parameter count and FLOPs per token as json and exit (no training)")
     args = p.parse_args(argv)
@@ -651,8 +652,8 @@ def _start_kernel_profile():
 
 def _write_kernel_profile(prof, out: Path, step_times: list[float]) -> None:
     """In-situ GPU time of the recorded steps: per (op, input shapes) the kernel time launched by the op itself
-    (torch.profiler's self device time), and per kernel name its calls and total time. Times in microseconds,
-    summed over the recorded steps."""
+    (torch.profiler's self device time), per kernel name its calls and total time (summed over the recorded steps),
+    and the timeline of every kernel (name, stream, start, duration; timeline.json). Times in microseconds."""
     prof.__exit__(None, None, None)
     out.mkdir(parents=True, exist_ok=True)
     steps = len(step_times)
@@ -665,18 +666,27 @@ def _write_kernel_profile(prof, out: Path, step_times: list[float]) -> None:
             continue
         ops.append({"op": e.key, "shapes": e.input_shapes, "count": e.count, "self_device_us": dev_us})
     kernels: dict[str, list[float]] = {}
+    names: dict[str, int] = {}
+    timeline = []                       # (kernel name id, stream, start µs, duration µs) of every GPU activity
     for ev in prof.profiler.kineto_results.events():
         if "cuda" not in str(ev.device_type()).lower():
             continue
         k = kernels.setdefault(ev.name(), [0, 0.0])
         k[0] += 1
         k[1] += ev.duration_ns() / 1000.0
+        timeline.append((names.setdefault(ev.name(), len(names)), int(ev.device_resource_id()),
+                         ev.start_ns() / 1000.0, ev.duration_ns() / 1000.0))
     meta = {"steps": steps, "step_times_s": step_times, "device": torch.cuda.get_device_name(),
             "torch": torch.__version__}
     (out / "ops.json").write_text(json.dumps({**meta, "ops": ops}) + "\n")
     (out / "kernels.json").write_text(json.dumps(
         {**meta, "kernels": [{"name": n, "calls": c, "total_us": t} for n, (c, t) in
                              sorted(kernels.items(), key=lambda kv: -kv[1][1])]}) + "\n")
+    t0 = min((t[2] for t in timeline), default=0.0)
+    (out / "timeline.json").write_text(json.dumps(
+        {**meta, "names": sorted(names, key=names.get), "columns": ["name", "stream", "start_us", "duration_us"],
+         "kernels": [(n, st, round(s - t0, 3), round(d, 3)) for n, st, s, d in sorted(timeline, key=lambda t: t[2])]})
+        + "\n")
     print(f"{PROG}: in-situ kernel profile of steps {KERNEL_PROFILE_STEPS} written to {out}", flush=True)
 
 

@@ -1,0 +1,106 @@
+"""TorchTitan's 2024 recipe (phantora/torchtitan_2024.py) built by TorchTitan 0.3.0's own config parser.
+
+Skipped unless torchtitan is importable. Checked against TorchTitan's 2024 code as the module's docstring cites it:
+- every block projects q, k and v with three linears of the model's shapes (2024's `Attention`: wq is dim x dim,
+  wk and wv dim x n_kv_heads x head_dim);
+- every RMSNorm (two per block and the final one) computes `(x.float() * rsqrt(mean(x.float()^2) + eps))
+  .type_as(x) * weight`, and keeps 2 bytes per element less for backward than torch's `nn.RMSNorm` composed of the
+  same ops (the normalized value in bf16, not float32);
+- `<model>_ac_layer` checkpoints every second block (1, 3, 5, ...) fully and leaves the others alone, without
+  preserving the RNG state, and the command line cannot replace it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("torchtitan") is None,
+                                reason="torchtitan is not installed (pip install phantora[torchtitan])")
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def parse():
+    sys.path.insert(0, str(ROOT / "stubs"))
+    from phantora_stubs import triton_stub
+
+    triton_stub.install()                      # TorchTitan imports triton, absent from a CPU build of torch
+    from torchtitan.config.manager import ConfigManager
+
+    def run(config: str, *extra: str):
+        return ConfigManager().parse_args(["--module", "phantora.torchtitan_2024", "--config", config, *extra])
+    return run
+
+
+def test_projections_are_separate_linears_of_the_model_shapes(parse):
+    from phantora.models import load_model
+
+    m = load_model("llama2-70b")
+    hd = m.dim // m.n_heads
+    layers = parse("llama2_70b").model_spec.model.layers
+    assert len(layers) == m.n_layers
+    for layer in layers:
+        qkv = layer.attention.qkv_linear
+        assert (qkv.wq.in_features, qkv.wq.out_features) == (m.dim, m.n_heads * hd)
+        assert (qkv.wkv.in_features, qkv.wkv.out_features) == (m.dim, m.n_kv_heads * hd)
+
+
+def test_rmsnorm_is_2024s_and_keeps_less_for_backward(parse):
+    import torch
+
+    spec = parse("llama3_8b").model_spec.model
+    norms = [spec.norm] + [n for layer in spec.layers for n in (layer.attention_norm, layer.ffn_norm)]
+    assert len({type(n) for n in norms}) == 1 and len(norms) == 2 * len(spec.layers) + 1
+    dim = 64
+    cfg = type(norms[0])(normalized_shape=dim, eps=1e-5)
+    norm = cfg.build()
+    with torch.no_grad():
+        norm.weight.copy_(torch.linspace(0.5, 1.5, dim))
+    x = torch.randn(3, 5, dim, dtype=torch.bfloat16)
+    xf = x.float()
+    expected = (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-5)).type_as(x) * norm.weight
+    assert torch.equal(norm(x), expected)
+
+    def saved_bytes(module, inp):
+        """Bytes of the distinct storages autograd keeps for backward (a tensor saved twice counts once)."""
+        kept = {}
+
+        def pack(t):
+            s = t.untyped_storage()
+            kept[s.data_ptr()] = s.nbytes()
+            return t
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            module(inp)
+        return sum(kept.values())
+
+    torch_norm = torch.nn.RMSNorm(dim, eps=1e-5)
+    torch_norm.weight.data = norm.weight.data.clone()
+    xg = x.detach().clone().requires_grad_(True)
+    n = xg.numel()
+    # torch's keeps the normalized value in float32 for the weight's product, 2024's in bf16: 2 bytes less each
+    assert saved_bytes(torch_norm, xg) - saved_bytes(norm, xg) == 2 * n
+
+
+def test_layer_checkpointing_wraps_every_second_block(parse):
+    import torch
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointWrapper
+
+    config = parse("llama3_8b_ac_layer")
+    ac = config.activation_checkpoint
+    assert ac.every == 2 and ac.preserve_rng_state is False
+
+    class Blocks(torch.nn.Module):
+        def __init__(self, n: int):
+            super().__init__()
+            self.layers = torch.nn.ModuleDict({str(i): torch.nn.Linear(4, 4) for i in range(n)})
+    model = Blocks(7)
+    ac.build().apply(model)
+    wrapped = [isinstance(b, CheckpointWrapper) for b in model.layers.values()]
+    assert wrapped == [i % 2 == 1 for i in range(7)]
+    with pytest.raises(SystemExit):                   # the config's checkpointing has no sub-command to undo it
+        parse("llama3_8b_ac_layer", "activation-checkpoint:layer")
