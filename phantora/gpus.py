@@ -41,21 +41,6 @@ class PowerSpec:
 
 
 @dataclass(frozen=True)
-class OverlapSpec:
-    """How NCCL's kernels and the compute kernels beside them slow each other on one GPU (`[overlap]` of a GPU
-    preset; `torchrun -m phantora.costmodel.overlapprobe` measures it). The engine applies it
-    (phantora/engine/contention.py)."""
-    compute_kernel_slowdown: float     # a compute-bound kernel's time x this while a collective runs beside it
-    memory_kernel_slowdown: float      # an HBM-bound kernel's time x this while a collective runs beside it
-    collective_slowdown: float         # a collective's time x this while compute kernels run beside it throughout
-
-    def validate(self) -> None:
-        for key in ("compute_kernel_slowdown", "memory_kernel_slowdown", "collective_slowdown"):
-            if not 1.0 <= getattr(self, key) <= 4.0:
-                raise PresetError("must be in [1, 4] (a slowdown factor)", key=f"overlap.{key}")
-
-
-@dataclass(frozen=True)
 class GPUSpec:
     name: str                      # preset id, e.g. "h100-sxm-80gb"
     display_name: str              # what torch.cuda.get_device_name() should say, e.g. "NVIDIA H100 80GB HBM3"
@@ -72,7 +57,6 @@ class GPUSpec:
     tdp_w: float = 0.0
     boost_clock_mhz: float = 0.0
     power: PowerSpec | None = None     # measured power behaviour (GPUs with a kernel profile)
-    overlap: OverlapSpec | None = None     # measured slowdowns of NCCL and compute kernels running together
     sources: dict[str, str] = field(default_factory=dict)   # field name -> citation
     notes: str = ""
 

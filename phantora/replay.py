@@ -112,6 +112,11 @@ def replay(trace: str | Path, *, cluster: str | None = None, nodes: int | None =
         simulated = list(reader.ranks)
         recorded_gpu = meta.get("gpu")
         recoster = None
+        if recost and profile is None and spec.gpu == recorded_gpu and meta.get("profile"):
+            profile = meta["profile"]           # the live run's own --profile
+            if not Path(profile).exists():
+                raise PhantoraError(f"the trace was costed from the profile {profile}, which is not there; pass "
+                                    f"--profile to re-cost from another")
         if recost or profile or (spec.gpu != recorded_gpu and recorded_gpu is not None):
             recoster = _recoster(spec, reader.signatures, profile)
         writer = None

@@ -14,3 +14,14 @@ def parse_release(text: str) -> tuple[int, int] | None:
     it is not one."""
     m = _RELEASE.fullmatch(text.strip())
     return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+CUDNN_FIRST_FROM = (2, 9)        # from this release, a CUDA build tries cuDNN attention first ...
+CUDNN_FIRST_SM = (90, 100)       # ... on these GPUs (compute capability x 10)
+
+
+def default_sdpa_order(release: tuple[int, int], sm: int) -> tuple[str, ...]:
+    """The SDPA backend order a CUDA build of `release` starts with on a GPU of compute capability `sm`."""
+    if release >= CUDNN_FIRST_FROM and sm in CUDNN_FIRST_SM:
+        return ("cudnn", "flash", "efficient", "math")
+    return ("flash", "efficient", "math", "cudnn")

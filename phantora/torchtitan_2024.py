@@ -19,13 +19,15 @@ put back the 2024 attention and loss:
   in float32: 2 bytes more per token and hidden unit for each of a block's two norms (the Llama 2 13B run without
   checkpointing fits in 80 GB only without them);
 - per-layer selective checkpointing (2024's `selective_ac_option = "2"`, the "selective layer" rows): every second
-  transformer block fully checkpointed (blocks 1, 3, 5, ...), the others not; configs `<model>_ac_layer`, which set
-  it themselves (no `activation-checkpoint:` sub-command). 2024 checkpointed without preserving the RNG state
-  (`preserve_rng_state=False`); so do these.
+  transformer block fully checkpointed (blocks 1, 3, 5, ...), the others not, each wrapped as 2024 wrapped it
+  (`ptd_checkpoint_wrapper(block, preserve_rng_state=False)`: no RNG state kept, torch's default early stop of
+  the recomputation, which 0.3.0's FullAC turns off); configs `<model>_ac_layer`, which set it themselves: run
+  them without an `activation-checkpoint:` sub-command, which would replace it.
 
 `python -m torchtitan.train --module phantora.torchtitan_2024 --config llama3_8b ...` (TorchTitan imports this
-module by its path). Llama 2 shapes come from Phantora's model presets as in `phantora.torchtitan_llama2`. Imported
-only inside a rank that has TorchTitan.
+module by its path). Llama 2 shapes come from Phantora's model presets as in `phantora.torchtitan_llama2`. The
+module imports without TorchTitan (validation reads `LAYER_AC_EVERY` and the config names on the host); its configs
+and classes need TorchTitan.
 """
 
 from __future__ import annotations
@@ -90,18 +92,19 @@ def _with_2024_recipe(config):
 
 
 def _with_layer_ac(config):
-    config.activation_checkpoint = _classes()[1].Config(every=LAYER_AC_EVERY, preserve_rng_state=False)
+    config.activation_checkpoint = _classes()[1].Config(every=LAYER_AC_EVERY)
     return config
 
 
 @functools.cache
 def _classes():
-    """(RMSNorm2024, EveryNthBlockAC), defined on first use: they subclass TorchTitan's classes, which only a rank
-    with TorchTitan can import."""
+    """(RMSNorm2024, EveryNthBlockAC), defined on first use (they subclass TorchTitan's classes, which the host
+    running validation may not have), once, so that configs and modules built from them share one class."""
     from dataclasses import dataclass
 
     import torch
-    from torchtitan.distributed.activation_checkpoint import FullAC
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+    from torchtitan.distributed.activation_checkpoint import ActivationCheckpointing
     from torchtitan.models.common.nn_modules import RMSNorm
 
     class RMSNorm2024(RMSNorm):
@@ -116,21 +119,27 @@ def _classes():
             out = (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)).type_as(x)
             return out * self.weight if self.weight is not None else out
 
-    class EveryNthBlockAC(FullAC):
-        """Full checkpointing of every `every`-th transformer block (the 2nd, 4th, ... for every=2), none of the
-        rest: TorchTitan 2024's per-layer selective checkpointing."""
+    class EveryNthBlockAC(ActivationCheckpointing):
+        """TorchTitan 2024's per-layer selective checkpointing: every `every`-th transformer block (the 2nd, 4th,
+        ... for every=2) wrapped as 2024 wrapped it, `ptd_checkpoint_wrapper(block, preserve_rng_state=False)`
+        (torch's default early stop, unlike 0.3.0's FullAC), the rest not checkpointed."""
 
         @dataclass(kw_only=True, slots=True)
-        class Config(FullAC.Config):
+        class Config(ActivationCheckpointing.Config):
             every: int = LAYER_AC_EVERY
+            preserve_rng_state: bool = False
 
         def apply(self, model) -> None:
             if self.config.every < 1:
                 raise ValueError(f"every must be at least 1 (got {self.config.every})")
-            layers = model.get_submodule("layers")
-            for i, (layer_id, block) in enumerate(list(layers.named_children())):
-                if (i + 1) % self.config.every == 0:
-                    layers.register_module(layer_id, self._wrap_block(block, base_fqn=f"layers.{layer_id}"))
+            self._seen = 0
+            super().apply(model)
+
+        def _wrap_block(self, module, *, base_fqn=None):
+            self._seen += 1
+            if self._seen % self.config.every:
+                return module
+            return checkpoint_wrapper(module, preserve_rng_state=self.config.preserve_rng_state)
 
     return RMSNorm2024, EveryNthBlockAC
 

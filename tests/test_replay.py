@@ -257,3 +257,39 @@ def test_recosted_rows_respect_the_roofline_of_their_own_flops_and_bytes(trace, 
             k = ops[(ops["kind"] == 0) & (ops["sig"] >= 0)]
             assert len(k)
             assert np.all(k["duration"] >= _floor(spec, k["flops"], k["nbytes"]))
+
+
+def test_recost_uses_the_profile_the_live_run_named(tmp_path):
+    """A live run's `--profile` is kept in the trace's meta: re-costing on the same GPU takes it again (a copy of the
+    H100 profile with one GEMM's median doubled costs that GEMM at the doubled time), and says so when it is gone."""
+    import shutil
+
+    import h5py
+
+    from phantora.errors import PhantoraError
+    from phantora.trace.reader import TraceReader
+
+    own = tmp_path / "own.h5"
+    shutil.copy(PROFILES / "h100-sxm-80gb.h5", own)
+    spec = load_cluster("h100-hgx", nodes=2)
+    streams, sigs, meta = fsdp_streams(spec, SyntheticModel(layers=2, seq=1024), iterations=2)
+    measured = _h100_profile()
+    held = [s for s in sigs if s in measured]
+    assert held                                           # premise: the profile measured one of the GEMMs
+    with h5py.File(own, "r+") as f:
+        rec = f["records"][:]
+        keys = [k.decode() if isinstance(k, bytes) else k for k in rec["key"]]
+        rec["median_us"][keys.index(held[0])] *= 2
+        f["records"][...] = rec
+    path = tmp_path / "run.h5"
+    simulate_streams(spec, streams, path, signatures=sigs, meta={**meta, "profile": str(own)})
+    out = tmp_path / "recosted.h5"
+    replay(path, recost=True, out=str(out))
+    with TraceReader(out) as rd:
+        s = rd.signatures.index(held[0])
+        k = np.concatenate([rd.ops(r) for r in rd.ranks])
+        mine = k[(k["kind"] == 0) & (k["sig"] == s)]
+        assert len(mine) and np.allclose(mine["duration"], 2 * measured[held[0]], rtol=1e-9)
+    own.unlink()
+    with pytest.raises(PhantoraError, match="not there"):
+        replay(path, recost=True)

@@ -6,8 +6,8 @@ Skipped unless torchtitan is importable. Checked against TorchTitan's 2024 code 
 - every RMSNorm (two per block and the final one) computes `(x.float() * rsqrt(mean(x.float()^2) + eps))
   .type_as(x) * weight`, and keeps 2 bytes per element less for backward than torch's `nn.RMSNorm` composed of the
   same ops (the normalized value in bf16, not float32);
-- `<model>_ac_layer` checkpoints every second block (1, 3, 5, ...) fully and leaves the others alone, without
-  preserving the RNG state, and the command line cannot replace it.
+- `<model>_ac_layer` checkpoints every second block (1, 3, 5, ...) fully and leaves the others alone, wrapped as
+  2024 wrapped them (`preserve_rng_state=False`, torch's default early stop).
 """
 
 from __future__ import annotations
@@ -37,6 +37,15 @@ def parse():
     return run
 
 
+@pytest.fixture(scope="module")
+def parse_base(parse):
+    from torchtitan.config.manager import ConfigManager
+
+    def run(config: str):
+        return ConfigManager().parse_args(["--module", "llama3", "--config", config])
+    return run
+
+
 def test_projections_are_separate_linears_of_the_model_shapes(parse):
     from phantora.models import load_model
 
@@ -48,14 +57,18 @@ def test_projections_are_separate_linears_of_the_model_shapes(parse):
         qkv = layer.attention.qkv_linear
         assert (qkv.wq.in_features, qkv.wq.out_features) == (m.dim, m.n_heads * hd)
         assert (qkv.wkv.in_features, qkv.wkv.out_features) == (m.dim, m.n_kv_heads * hd)
+        assert qkv.wq.param_init is not None and qkv.wkv.param_init is not None
 
 
-def test_rmsnorm_is_2024s_and_keeps_less_for_backward(parse):
+def test_rmsnorm_is_2024s_and_keeps_less_for_backward(parse, parse_base):
     import torch
 
     spec = parse("llama3_8b").model_spec.model
     norms = [spec.norm] + [n for layer in spec.layers for n in (layer.attention_norm, layer.ffn_norm)]
     assert len({type(n) for n in norms}) == 1 and len(norms) == 2 * len(spec.layers) + 1
+    base = parse_base("llama3_8b").model_spec.model          # 0.3.0's own config: the fields carried over
+    assert (norms[0].normalized_shape, norms[0].eps) == (base.norm.normalized_shape, base.norm.eps)
+    assert norms[1].param_init is base.layers[0].attention_norm.param_init
     dim = 64
     cfg = type(norms[0])(normalized_shape=dim, eps=1e-5)
     norm = cfg.build()
@@ -86,7 +99,7 @@ def test_rmsnorm_is_2024s_and_keeps_less_for_backward(parse):
     assert saved_bytes(torch_norm, xg) - saved_bytes(norm, xg) == 2 * n
 
 
-def test_layer_checkpointing_wraps_every_second_block(parse):
+def test_layer_checkpointing_wraps_every_second_block_as_2024_did(parse):
     import torch
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointWrapper
 
@@ -102,5 +115,8 @@ def test_layer_checkpointing_wraps_every_second_block(parse):
     ac.build().apply(model)
     wrapped = [isinstance(b, CheckpointWrapper) for b in model.layers.values()]
     assert wrapped == [i % 2 == 1 for i in range(7)]
-    with pytest.raises(SystemExit):                   # the config's checkpointing has no sub-command to undo it
-        parse("llama3_8b_ac_layer", "activation-checkpoint:layer")
+    # 2024 called ptd_checkpoint_wrapper(block, preserve_rng_state=False): torch's defaults otherwise, so the
+    # recomputation stops early (0.3.0's FullAC passes early_stop=False)
+    options = model.layers["1"].checkpoint_fn.keywords
+    assert options.get("preserve_rng_state") is False
+    assert options.get("early_stop", True) is True

@@ -209,3 +209,16 @@ def test_cache_replays_and_sees_a_changed_network(tmp_path):
     case2 = Case(id=rec.id, suite=rec.suite, record=changed, cluster=str(cluster), nodes=2, command=["train"])
     assert not runner.cached(case2)
     assert runner(case2).mode == "live" and live.calls == 2
+
+
+def test_ranks_auto_reads_the_pipeline_degree_of_a_torchtitan_command():
+    """`--ranks auto` runs one process per pipeline stage: it must read the degree from the command line that
+    torchtitan_argv builds (tyro takes hyphenated flags), and from the underscore spelling TorchTitan also takes."""
+    from phantora.frameworks import torchtitan_argv
+    from phantora.live.ranks import plan_ranks
+
+    argv = torchtitan_argv("llama3-8b", assets_dir="assets", dp_shard=4, pp=4, steps=2)
+    plan = plan_ranks("auto", 16, argv)
+    assert plan.pp_degree == 4 and plan.simulated == [0, 4, 8, 12]
+    underscored = [a.replace("pipeline-parallel-degree", "pipeline_parallel_degree") for a in argv]
+    assert plan_ranks("auto", 16, underscored).simulated == [0, 4, 8, 12]

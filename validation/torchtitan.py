@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 from phantora.errors import PhantoraError
-from phantora.software import parse_release
+from phantora.software import CUDNN_FIRST_FROM, parse_release
 from phantora.groundtruth.schema import Record
 
 STEPS = 6            # optimizer steps per simulated run: the first is set-up, the rest give the median iteration
@@ -61,7 +61,7 @@ def torchtitan_run_options(record: Record) -> list[str]:
     if release is None:
         return []
     out = ["--torch-cuda", release]
-    if _release_before(record, (2, 9)):
+    if _release_before(record, CUDNN_FIRST_FROM):
         out += ["--sdpa", "flash,efficient,math"]
     return out
 

@@ -33,7 +33,6 @@ from ..cluster import ClusterSpec
 from ..errors import SimulationError
 from ..net.network import Network
 from .allocator import CachingAllocatorModel, DeviceOutOfMemory
-from .contention import Contention
 from .ops import Memcpy, Op, OpKind
 
 INF = math.inf
@@ -106,7 +105,6 @@ class _Rank:
         self.emit: Callable[[tuple], None] = _discard
         self.iterations: list[float] = []
         self.last_op: tuple[int, Op] | None = None
-        self.nccl: list[list[float]] = []      # [start, end] of the collectives on this GPU (engine/contention.py)
 
     def stream(self, sid: int) -> _Stream:
         st = self.streams.get(sid)
@@ -127,7 +125,6 @@ class _Coll:
     start: float = INF
     plan: object = None
     shadow: bool = False
-    windows: list = field(default_factory=list)      # this collective's [start, end] in its ranks' contention lists
 
 
 Sink = Callable[[int, int, Op, float, float, float, int], None]
@@ -160,11 +157,8 @@ class Engine:
                  rank_map: list[int] | None = None, sink: Sink | None = None,
                  on_sync: Callable[[int, int, float], None] | None = None,
                  launch_overhead_s: float | None = None, cpu_time_scale: float | None = None,
-                 vram_bytes: int | None = None, algo: str | None = None, proto: str | None = None,
-                 contention: bool = True):
+                 vram_bytes: int | None = None, algo: str | None = None, proto: str | None = None):
         self.spec = spec
-        # NCCL and compute kernels slowing each other (the GPU preset's [overlap] table; None: not modelled)
-        self.contention = Contention.of(spec.gpu_spec()) if contention else None
         self.world_size = spec.world_size
         self.net = Network(spec, idle_shortcut=self.idle_shortcut)
         sim = sorted(set(simulated)) if simulated is not None else list(range(self.world_size))
@@ -493,10 +487,7 @@ class Engine:
                 issue = item[2]
                 tail = st.tail
                 start = issue if issue > tail else tail
-                if rs.nccl and k == _KERNEL and self.contention is not None:
-                    st.tail = end = start + self._contended(rs, op, start)
-                else:
-                    st.tail = end = start + op.duration
+                st.tail = end = start + op.duration
                 emit((item[0], op, issue, start, end, -1))
             elif k == _WAIT and (item[3] is None or item[3].time is not None):
                 ev = item[3]
@@ -524,10 +515,7 @@ class Engine:
         k = op.kind
         if k == K.KERNEL or k == K.MEMCPY:
             start = issue if issue > st.tail else st.tail
-            if rs.nccl and k == K.KERNEL and self.contention is not None:
-                st.tail = start + self._contended(rs, op, start)
-            else:
-                st.tail = start + op.duration
+            st.tail = start + op.duration
             rs.emit((idx, op, issue, start, st.tail, -1))
         elif k == K.EVENT_RECORD:
             t = issue if issue > st.tail else st.tail
@@ -561,44 +549,6 @@ class Engine:
             st.blocked = True
             ready = issue if issue > st.tail else st.tail
             self._p2p_arrive(rs, st, item, ready)
-
-    def _contended(self, rs: _Rank, op: Op, start: float) -> float:
-        """A kernel's duration lengthened by the collectives running beside it on its GPU."""
-        c = self.contention
-        d = op.duration
-        windows = rs.nccl
-        if len(windows) > 16:                      # no later kernel starts before every stream's tail
-            lo = min(s.tail for s in rs.streams.values())
-            windows[:] = [w for w in windows if w[1] > lo]
-        ov = c.overlap(windows, start, start + d)
-        return d + c.extra(op) * ov if ov > 0.0 else d
-
-    def _slow_queued(self, rs: _Rank, own: _Stream, window: list[float]) -> None:
-        """Work already queued on the rank's other streams (the host runs ahead: most kernels are placed before the
-        collectives beside them start) ends later by its overlap with the collective's window."""
-        extra = self.contention.compute
-        t0, t1 = window
-        for st in rs.streams.values():
-            if st is not own and st.tail > t0:
-                st.tail += extra * ((st.tail if st.tail < t1 else t1) - t0)
-
-    def _collective_factor(self, coll: _Coll, predicted: float) -> float:
-        """How much slower a collective runs for the compute already queued beside it on its ranks' GPUs."""
-        c = self.contention
-        if c is None or predicted <= 0.0:
-            return 1.0
-        t0 = coll.start
-        busy = 0.0
-        for r, (_, own, _) in coll.arrived.items():
-            rs = self.ranks.get(r)
-            if rs is None:
-                continue
-            for st in rs.streams.values():
-                if st is not own and st.tail > t0:
-                    b = (st.tail - t0) / predicted
-                    if b > busy:
-                        busy = b
-        return c.collective_factor(busy)
 
     def _resolve_wait(self, rs: _Rank, st: _Stream, item: tuple, t: float) -> None:
         idx, op, issue, _ = item
@@ -639,15 +589,6 @@ class Engine:
         op_name = "all_reduce" if name == "barrier" else name
         plan = self.net.plan(op_name if name != "barrier" else "barrier", coll.group.ranks, coll.nbytes, coll.root,
                              self.algo, self.proto)
-        if self.contention is not None and len(plan.src):
-            plan = self.net.slowed(plan, self._collective_factor(coll, plan.predicted_s))
-            for r, (_, own, _) in coll.arrived.items():
-                rs = self.ranks.get(r)
-                if rs is not None:
-                    window = [coll.start, coll.start + plan.predicted_s]
-                    rs.nccl.append(window)
-                    coll.windows.append(window)
-                    self._slow_queued(rs, own, window)
         coll.plan = plan
         self.net.start(coll.cid, plan)
         for sgid in coll.group.shadows:
@@ -660,8 +601,6 @@ class Engine:
             self.net.start(shadow.cid, shadow.plan)
 
     def _finish_collective(self, coll: _Coll, t_end: float) -> None:
-        for window in coll.windows:
-            window[1] = t_end
         plan = coll.plan
         self.collectives.append({"id": coll.cid, "name": coll.name, "group": coll.group.gid, "nbytes": coll.nbytes,
                                  "root": coll.root, "algo": plan.algo if plan else "", "proto": plan.proto if plan else "",

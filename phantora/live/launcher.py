@@ -167,7 +167,8 @@ def run_live(opts: RunOptions, progress: Callable[[str], None] | None = None) ->
     argv = program_argv(opts.program)
     prebuild_stub_library()
     meta = run_meta(spec, argv, plan.simulated, plan.rank_map, "live", ranks_mode=plan.mode,
-                    tokens_per_iteration=opts.tokens_per_iteration, flops_per_token=opts.flops_per_token)
+                    tokens_per_iteration=opts.tokens_per_iteration, flops_per_token=opts.flops_per_token,
+                    profile=opts.env.get("PHANTORA_PROFILE"))      # replay --recost costs from it again
     server = EngineServer(spec, plan.simulated, plan.rank_map, trace=opts.trace, meta=meta,
                           launch_overhead_s=spec.host.launch_overhead_us * 1e-6,
                           cpu_time_scale=spec.host.cpu_time_scale, algo=opts.algo, proto=opts.proto)

@@ -7,7 +7,8 @@
   (stages hold different layers and exchange activations), and the frameworks Phantora knows lay pipeline stages out
   as the outermost mesh dimension: stage s holds ranks [s·W/P, (s+1)·W/P). So `auto` runs the first rank of each stage.
   The pipeline degree P is `--pp-degree`, or read from the program's own arguments (`--pp N` of the reference
-  workload, `--parallelism.pipeline_parallel_degree N` of TorchTitan); 1 when neither says.
+  workload, `--parallelism.pipeline-parallel-degree N` of TorchTitan, with hyphens or underscores); 1 when neither
+  says.
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ from dataclasses import dataclass
 
 from ..errors import PhantoraError
 
-_PP_FLAGS = ("--pp", "--parallelism.pipeline_parallel_degree", "--pipeline-parallel-size",
-             "--pipeline-model-parallel-size")
+# TorchTitan's tyro parser takes its flags with hyphens or underscores
+_PP_FLAGS = ("--pp", "--parallelism.pipeline-parallel-degree", "--parallelism.pipeline_parallel_degree",
+             "--pipeline-parallel-size", "--pipeline-model-parallel-size")
 
 
 @dataclass(frozen=True)

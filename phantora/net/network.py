@@ -16,8 +16,6 @@ Steady-state training repeats the same collectives over and over, so two things 
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 import numpy.ma  # noqa: F401  the flow simulator's first np.unique imports it (~50 ms): import it with the module
 
@@ -75,20 +73,6 @@ class Network:
         p = self._plans.get(key)
         if p is None:
             p = self._plans[key] = self.planner.plan(op, ranks, input_bytes, root, algo, proto)
-            self._plan_key[id(p)] = key
-        return p
-
-    def slowed(self, plan: Plan, factor: float) -> Plan:
-        """`plan` with its flows `factor` times as long (a collective sharing its GPUs with compute kernels,
-        engine/contention.py); cached like the plans of plan()."""
-        if factor == 1.0:
-            return plan
-        base = self._plan_key[id(plan)]
-        key = (*base, "slowed", factor)
-        p = self._plans.get(key)
-        if p is None:
-            p = self._plans[key] = replace(plan, flow_bytes=plan.flow_bytes * factor,
-                                            predicted_s=plan.latency_s + (plan.predicted_s - plan.latency_s) * factor)
             self._plan_key[id(p)] = key
         return p
 

@@ -26,15 +26,13 @@ from __future__ import annotations
 
 import torch
 
-from phantora.software import parse_release
+from phantora.software import default_sdpa_order, parse_release
 
 FUSED_CUDA_OPS: tuple[tuple[str, tuple[int, int] | None], ...] = (
     ("silu_backward", None),
     ("mish_backward", None),
     ("_fused_rms_norm", (2, 8)),
 )
-CUDNN_FIRST_FROM = (2, 9)
-CUDNN_FIRST_SM = (90, 100)
 _ENUM = {"cudnn": "CUDNN_ATTENTION", "flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION", "math": "MATH"}
 
 _LIB = None
@@ -51,13 +49,6 @@ def own_release() -> tuple[int, int]:
 def fused_ops(release: tuple[int, int]) -> list[str]:
     """The ops of FUSED_CUDA_OPS that a CUDA build of `release` runs as one kernel."""
     return [name for name, since in FUSED_CUDA_OPS if since is None or release >= since]
-
-
-def default_sdpa_order(release: tuple[int, int], sm: int) -> tuple[str, ...]:
-    """The SDPA backend order a CUDA build of `release` starts with on a GPU of compute capability `sm`."""
-    if release >= CUDNN_FIRST_FROM and sm in CUDNN_FIRST_SM:
-        return ("cudnn", "flash", "efficient", "math")
-    return ("flash", "efficient", "math", "cudnn")
 
 
 def _placeholder(name: str):
