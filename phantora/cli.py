@@ -156,6 +156,9 @@ def _replay_options(fn):
                      help="Override any cluster field, e.g. net.inter_node_gbps=100."),
         click.option("--algo", type=click.Choice(["ring", "tree"]), default=None, help="Force a collective algorithm."),
         click.option("--proto", type=click.Choice(["LL", "LL128", "Simple"]), default=None, help="Force a protocol."),
+        click.option("--alloc-conf", default=None, metavar="CONF",
+                     help="Caching allocator settings to model, as PYTORCH_CUDA_ALLOC_CONF "
+                          "(e.g. expandable_segments:True; default: the live run's)."),
     ]
     for o in reversed(opts):
         fn = o(fn)
@@ -179,6 +182,11 @@ def _fmt_result(r) -> str:
                      ("exposed_communication_s", "exposed communication")):
         if k in r.summary:
             lines.append(f"  {label}: {r.summary[k] * 1e3:.3f} ms per rank")
+    if r.peak_reserved_bytes:
+        gib = 2**30
+        lines.append(f"  peak memory: {max(r.peak_reserved_bytes.values()) / gib:.2f} GiB reserved, "
+                     f"{max(r.peak_allocated_bytes.values()) / gib:.2f} GiB allocated "
+                     f"(allocator: {r.allocator or 'PyTorch defaults'})")
     for o in r.ooms[:3]:
         lines.append(f"  OOM on rank {o['rank']} at op {o['op']}: {o['message']}")
     return "\n".join(lines)
@@ -190,7 +198,8 @@ def _fmt_result(r) -> str:
 @click.option("--out", default=None, type=click.Path(dir_okay=False), help="Write the replayed timeline as a new trace.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @user_errors
-def replay_cmd(trace, cluster, nodes, gpus_per_node, gpu, profile, recost, overrides, algo, proto, out, as_json):
+def replay_cmd(trace, cluster, nodes, gpus_per_node, gpu, profile, recost, overrides, algo, proto, alloc_conf, out,
+               as_json):
     """Re-simulate a trace under another cluster, GPU or collective algorithm.
 
     \b
@@ -202,7 +211,7 @@ def replay_cmd(trace, cluster, nodes, gpus_per_node, gpu, profile, recost, overr
     from .replay import replay
 
     r = replay(trace, cluster=cluster, nodes=nodes, gpus_per_node=gpus_per_node, gpu=gpu, profile=profile,
-               overrides=tuple(overrides), out=out, algo=algo, proto=proto, recost=recost)
+               overrides=tuple(overrides), out=out, algo=algo, proto=proto, recost=recost, alloc_conf=alloc_conf)
     if as_json:
         click.echo(json.dumps(r.as_dict(), indent=1))
     else:
@@ -216,8 +225,8 @@ def replay_cmd(trace, cluster, nodes, gpus_per_node, gpu, profile, recost, overr
 @click.option("--plot", default=None, type=click.Path(dir_okay=False), help="Write a PNG plot of the results.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 @user_errors
-def sweep_cmd(trace, vary, cluster, nodes, gpus_per_node, gpu, profile, recost, overrides, algo, proto, plot,
-              as_json):
+def sweep_cmd(trace, vary, cluster, nodes, gpus_per_node, gpu, profile, recost, overrides, algo, proto, alloc_conf,
+              plot, as_json):
     """Replay a trace once per value of one cluster field and compare iteration times.
 
     \b
@@ -234,7 +243,8 @@ def sweep_cmd(trace, vary, cluster, nodes, gpus_per_node, gpu, profile, recost, 
     for i, v in enumerate(vals):
         click.echo(f"[{i + 1}/{len(vals)}] {key}={v}", err=True)
         r = replay(trace, cluster=cluster, nodes=nodes, gpus_per_node=gpus_per_node, gpu=gpu, profile=profile,
-                   overrides=tuple(overrides) + (f"{key}={v}",), algo=algo, proto=proto, recost=recost)
+                   overrides=tuple(overrides) + (f"{key}={v}",), algo=algo, proto=proto, recost=recost,
+                   alloc_conf=alloc_conf)
         results.append((v, r))
     if as_json:
         click.echo(json.dumps([{"value": v, **r.as_dict()} for v, r in results], indent=1))

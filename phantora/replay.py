@@ -19,6 +19,7 @@ import numpy as np
 from . import throughput
 from .throughput import iteration_times
 from .cluster import ClusterSpec, apply_overrides, cluster_from_table, load_cluster
+from .engine.allocator import AllocatorConfig
 from .engine.core import Engine
 from .engine.ops import OpKind
 from .engine.recorder import Recorder
@@ -42,6 +43,9 @@ class ReplayResult:
     summary: dict = field(default_factory=dict)
     ooms: list = field(default_factory=list)
     kernel_time_by_source: list = field(default_factory=list)   # per simulated rank: CostSource value -> seconds
+    peak_reserved_bytes: dict = field(default_factory=dict)     # per simulated rank: the allocator model's peaks
+    peak_allocated_bytes: dict = field(default_factory=dict)
+    allocator: str = ""                                          # PYTORCH_CUDA_ALLOC_CONF the replay modelled
 
     @property
     def iteration_s(self) -> float:
@@ -68,7 +72,10 @@ class ReplayResult:
                 "iteration_s": self.iteration_s, "recorded_iteration_s": self.recorded_iteration_s,
                 "iterations_s": self.iterations_s, "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
                 "mfu": self.mfu, "ops": self.n_ops, "wall_s": self.wall_s, "ops_per_s": self.ops_per_s,
-                "ooms": self.ooms, **{k: v for k, v in self.summary.items() if isinstance(v, (int, float, str))}}
+                "ooms": self.ooms, "allocator": self.allocator,
+                "peak_reserved_bytes": {str(r): v for r, v in self.peak_reserved_bytes.items()},
+                "peak_allocated_bytes": {str(r): v for r, v in self.peak_allocated_bytes.items()},
+                **{k: v for k, v in self.summary.items() if isinstance(v, (int, float, str))}}
 
 
 def resolve_cluster(meta: dict, cluster: str | None, nodes: int | None, gpus_per_node: int | None, gpu: str | None,
@@ -94,7 +101,8 @@ def resolve_cluster(meta: dict, cluster: str | None, nodes: int | None, gpus_per
 
 def replay(trace: str | Path, *, cluster: str | None = None, nodes: int | None = None, gpus_per_node: int | None = None,
            gpu: str | None = None, profile: str | None = None, overrides: tuple[str, ...] = (), out: str | None = None,
-           algo: str | None = None, proto: str | None = None, progress=None, recost: bool = False) -> ReplayResult:
+           algo: str | None = None, proto: str | None = None, progress=None, recost: bool = False,
+           alloc_conf: str | None = None) -> ReplayResult:
     """Re-simulate `trace` (see the module docstring). `wall_s` (and so `ops_per_s`) covers reading the op tables,
     the simulation and building the new rows; with `out`, also writing them."""
     from .trace.reader import TraceReader
@@ -130,7 +138,9 @@ def replay(trace: str | Path, *, cluster: str | None = None, nodes: int | None =
             for sig in reader.signatures:
                 writer.add_signature(sig)
         recorder = Recorder(writer, keep=True)
-        engine = Engine(spec, simulated=simulated, rank_map=rank_map, sink=recorder, algo=algo, proto=proto)
+        allocator = AllocatorConfig.parse(meta.get("allocator", "") if alloc_conf is None else alloc_conf)
+        engine = Engine(spec, simulated=simulated, rank_map=rank_map, sink=recorder, algo=algo, proto=proto,
+                        allocator=allocator)
         recorder.attach(engine)
         for gid, (name, ranks) in sorted(reader.groups.items()):
             engine.add_group(gid, ranks, name)
@@ -157,6 +167,9 @@ def replay(trace: str | Path, *, cluster: str | None = None, nodes: int | None =
     result.summary = _flat_summary({"ranks": [summarize_ops(recorder.rows(r), names, np.asarray(marks[r]))
                                               for r in simulated]})
     result.kernel_time_by_source = [kernel_time_by_source(recorder.rows(r)) for r in simulated]
+    result.peak_reserved_bytes = {r: engine.ranks[r].allocator.reserved.peak for r in simulated}
+    result.peak_allocated_bytes = {r: engine.ranks[r].allocator.allocated.peak for r in simulated}
+    result.allocator = allocator.to_text()
     recorder.engine = None   # engine and recorder refer to each other: let reference counting free them now
     return result
 

@@ -29,9 +29,12 @@ SCRIPTS = Path(__file__).resolve().parent / "scripts"
 DETERMINISTIC = ("--set", "host.cpu_time_scale=0")
 
 
-def phantora_run(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+def phantora_run(*args: str, timeout: int = 300, env_extra: dict | None = None) -> subprocess.CompletedProcess:
     env = dict(os.environ)
     env.pop("PYTHONPATH", None)
+    env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
+    env.pop("PYTORCH_ALLOC_CONF", None)
+    env.update(env_extra or {})
     return subprocess.run([sys.executable, "-m", "phantora.cli", "run", *args], capture_output=True, text=True,
                           timeout=timeout, cwd=str(ROOT), env=env)
 
@@ -139,3 +142,18 @@ def test_ranks_auto_equals_all_and_replay_reproduces_the_live_run(tmp_path):
     for mode in ("all", "auto"):
         again = replay(tmp_path / f"{mode}.h5")
         np.testing.assert_allclose(again.iterations_s, figures[mode]["iterations_s"], rtol=1e-12)
+
+
+@pytest.mark.parametrize("conf, reserved_mib", [("", 46), ("expandable_segments:True", 40)])
+def test_rank_allocator_follows_its_alloc_conf_and_replay_keeps_it(tmp_path, conf, reserved_mib):
+    """3 MiB and 12 MiB blocks share a 20 MiB segment; freed, a 25 MiB block does not fit in it: PyTorch takes a new
+    26 MiB segment by default (46 MiB reserved), or grows the expandable segment by one 20 MiB page (40 MiB)."""
+    trace = tmp_path / "alloc.h5"
+    proc = phantora_run("--gpus-per-node", "1", "--trace", str(trace), "--", "python",
+                        str(SCRIPTS / "alloc_pattern.py"), env_extra={"PYTORCH_CUDA_ALLOC_CONF": conf})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (res,) = results(proc.stdout)
+    assert res["reserved"] == reserved_mib << 20
+    with TraceReader(trace) as rd:
+        assert rd.meta["allocator"] == conf
+    assert replay(trace).peak_reserved_bytes == {0: reserved_mib << 20}

@@ -293,3 +293,26 @@ def test_recost_uses_the_profile_the_live_run_named(tmp_path):
     own.unlink()
     with pytest.raises(PhantoraError, match="not there"):
         replay(path, recost=True)
+
+
+def test_replay_models_the_allocator_the_run_used(tmp_path):
+    """Peak reserved memory follows PyTorch's segment rules for the allocator setting in the trace's meta, and
+    `alloc_conf` replays under another. A 3 MiB block takes a 20 MiB segment, a 12 MiB block the rest of it; both
+    freed, a 25 MiB block does not fit in the cached 20 MiB: by default it gets its own 26 MiB segment (46 MiB
+    reserved; the 1 MiB left over is not split off, so 26 MiB count as allocated), with expandable segments the free
+    20 MiB grows by one 20 MiB page (40 MiB; blocks split whenever 512 B remain: 25 MiB allocated)."""
+    from phantora.engine.ops import Op, OpKind
+
+    MiB = 1 << 20
+    spec = load_cluster("h100-hgx", nodes=1, gpus_per_node=1)
+    ops = [Op(OpKind.ALLOC, stream=0, nbytes=3 * MiB, arg=1), Op(OpKind.ALLOC, stream=0, nbytes=12 * MiB, arg=2),
+           Op(OpKind.FREE, nbytes=3 * MiB, arg=1), Op(OpKind.FREE, nbytes=12 * MiB, arg=2),
+           Op(OpKind.ALLOC, stream=0, nbytes=25 * MiB, arg=3)]
+    for conf, own, other, used in (("", 46, 40, 26), ("expandable_segments:True", 40, 46, 25)):
+        path = tmp_path / f"alloc{len(conf)}.h5"
+        simulate_streams(spec, {0: list(ops)}, path, meta={"allocator": conf})
+        r = replay(path)
+        assert r.allocator == conf and r.peak_reserved_bytes == {0: own * MiB}
+        assert r.peak_allocated_bytes == {0: used * MiB}
+        flipped = "" if conf else "expandable_segments:True"
+        assert replay(path, alloc_conf=flipped).peak_reserved_bytes == {0: other * MiB}

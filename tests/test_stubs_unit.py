@@ -17,7 +17,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "stubs"))
 
 from phantora_stubs import build  # noqa: E402
-from phantora.engine.allocator import CachingAllocatorModel, DeviceOutOfMemory, round_block  # noqa: E402
+from phantora.errors import PhantoraError  # noqa: E402
+from phantora.engine.allocator import (AllocatorConfig, CachingAllocatorModel, DeviceOutOfMemory,  # noqa: E402
+                                       round_block)
 from phantora_stubs.clock import CpuMeter, VirtualClock  # noqa: E402
 from phantora_stubs.config import StubConfig  # noqa: E402
 from phantora_stubs.errors import StubBuildError, StubConfigError  # noqa: E402
@@ -53,16 +55,58 @@ def test_allocator_counts_peaks_and_frees():
 
 
 def test_reserved_is_cached_until_empty_cache():
+    # segment sizes of c10/cuda/CUDACachingAllocator.cpp: 2 MiB small-pool segments (blocks <= 1 MiB), 20 MiB
+    # for large blocks under 10 MiB, larger ones rounded up to 2 MiB
     a = CachingAllocatorModel(1 << 30)
-    a.alloc(3 * MiB, 1)                                     # large block: its own segment, rounded to 2 MiB
-    assert a.reserved.current == 4 * MiB
-    a.alloc(1000, 2)                                        # small block: a 2 MiB small-pool segment
-    assert a.reserved.current == 6 * MiB
+    a.alloc(3 * MiB, 1)
+    assert a.reserved.current == 20 * MiB
+    a.alloc(1000, 2)
+    assert a.reserved.current == 22 * MiB
+    a.alloc(17 * MiB + 1, 3)                                # more than the 17 MiB left in the first segment
+    assert a.reserved.current == 22 * MiB + 18 * MiB
     a.free(1)
-    assert a.reserved.current == 6 * MiB                    # the caching allocator keeps the segment
+    a.free(3)
+    assert a.reserved.current == 40 * MiB                   # the caching allocator keeps the segments
     a.empty_cache()
-    assert a.reserved.current == 2 * MiB
-    assert a.reserved.peak == 6 * MiB
+    assert a.reserved.current == 2 * MiB                    # the small segment still holds a live block
+    assert a.reserved.peak == 40 * MiB
+
+
+def test_cached_blocks_are_split_and_kept_per_stream():
+    a = CachingAllocatorModel(1 << 30)
+    a.alloc(3 * MiB, 1)                                     # a 20 MiB segment, 17 MiB of it cached free
+    a.alloc(8 * MiB, 2)                                     # fits in the rest of that segment
+    assert a.reserved.current == 20 * MiB
+    a.alloc(8 * MiB, 3, stream=7)                           # another stream does not take this stream's blocks
+    assert a.reserved.current == 40 * MiB
+    a.free(2)
+    a.alloc(8 * MiB, 4)                                     # the freed block is reused on its own stream
+    assert a.reserved.current == 40 * MiB
+    assert a.stats["segment.all.current"] == 2
+
+
+def test_expandable_segments_map_pages_and_unmap_free_ones():
+    a = CachingAllocatorModel(1 << 30, AllocatorConfig.parse("expandable_segments:True"))
+    a.alloc(3 * MiB, 1)                                     # one 20 MiB page of the large pool's segment
+    a.alloc(30 * MiB, 2)                                    # grows by one page into the 17 MiB left free
+    assert a.reserved.current == 40 * MiB
+    a.alloc(1000, 3)                                        # small pool: 2 MiB pages
+    assert a.reserved.current == 42 * MiB
+    a.free(2)
+    a.empty_cache()                                         # whole free pages are unmapped
+    assert a.reserved.current == 20 * MiB + 2 * MiB
+    assert a.stats["segment.all.current"] == 0              # PyTorch counts no segments for expandable ones
+
+
+def test_allocator_settings_are_read_like_pytorch():
+    assert AllocatorConfig.from_env({}).expandable_segments is False
+    assert AllocatorConfig.from_env({"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}).expandable_segments
+    assert AllocatorConfig.from_env({"PYTORCH_ALLOC_CONF": "max_split_size_mb:128,expandable_segments:True"}) \
+        .expandable_segments
+    with pytest.raises(PhantoraError, match="expandable_segments expects True or False"):
+        AllocatorConfig.parse("expandable_segments:yes")
+    with pytest.raises(PhantoraError, match="not 'key:value'"):
+        AllocatorConfig.parse("expandable_segments")
 
 
 def test_out_of_memory_when_live_blocks_exceed_capacity():

@@ -16,7 +16,7 @@ from phantora.groundtruth.schema import Record
 from phantora.groundtruth.store import list_suites, load_suite
 
 from .reference import reference_command
-from .torchtitan import UnsupportedCase, torchtitan_command, torchtitan_run_options
+from .torchtitan import UnsupportedCase, torchtitan_command, torchtitan_environment, torchtitan_run_options
 
 # framework -> function building the training command from a record
 WORKLOAD_COMMANDS: dict[str, Callable[[Record], list[str]]] = {
@@ -26,6 +26,10 @@ WORKLOAD_COMMANDS: dict[str, Callable[[Record], list[str]]] = {
 # framework -> function giving the `phantora run` options of the record's software (torch release, SDPA order)
 RUN_OPTIONS: dict[str, Callable[[Record], list[str]]] = {
     "torchtitan": torchtitan_run_options,
+}
+# framework -> the environment its launcher gives the training processes (e.g. the caching allocator's settings)
+ENVIRONMENTS: dict[str, Callable[[Record], dict[str, str]]] = {
+    "torchtitan": torchtitan_environment,
 }
 
 
@@ -39,6 +43,7 @@ class Case:
     command: list[str] = field(default_factory=list)   # the training command; empty when unsupported
     unsupported: str = ""          # why there is no command
     run_options: list[str] = field(default_factory=list)   # extra `phantora run` options (software emulated)
+    env: dict[str, str] = field(default_factory=dict)       # environment of the training processes
     path: Path | None = None       # the record's file
 
     @property
@@ -60,6 +65,8 @@ def case_from_record(record: Record, path: Path | None = None) -> Case:
         case.unsupported = str(exc)
     options = RUN_OPTIONS.get(record.workload.framework)
     case.run_options = options(record) if options is not None else []
+    environment = ENVIRONMENTS.get(record.workload.framework)
+    case.env = environment(record) if environment is not None else {}
     return case
 
 

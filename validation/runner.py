@@ -3,8 +3,9 @@
 A runner is any callable `runner(case, workdir) -> SimResult`. `LiveRunner` runs the case's training command under
 `phantora run` (representative ranks) and parses the run's summary JSON. `CachedRunner` keeps each case's trace and
 summary in a cache folder; once a case has a trace there, it re-validates by replaying the trace
-(`phantora.replay.replay`) under the current cost and network models instead of a new live run. Memory and
-out-of-memory come from the op stream, which replay does not change, so they are taken from the cached summary.
+(`phantora.replay.replay`) under the current cost, network and allocator models instead of a new live run. Peak
+memory comes from replaying the recorded allocations through the allocator model; a case whose live run ran out of
+memory is not replayed (its trace ends at the failed allocation) and keeps the live run's figures.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from phantora.engine.allocator import AllocatorConfig
 from phantora.engine.ops import CostSource
 from phantora.errors import PhantoraError
 from phantora.throughput import tokens_per_s_per_gpu
@@ -177,7 +179,7 @@ class LiveRunner:
         with open(log, "w") as out:
             try:
                 proc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, timeout=self.timeout_s,
-                                      env=dict(os.environ), cwd=workdir)
+                                      env={**os.environ, **case.env}, cwd=workdir)
             except subprocess.TimeoutExpired:
                 raise CaseFailed(f"the simulation ran past {self.timeout_s:g} s (log: {log})") from None
             except OSError as exc:
@@ -207,7 +209,7 @@ def case_key(case: Case) -> dict[str, Any]:
     """What a cached trace was made from: a different key means the trace no longer reproduces the case."""
     table = case.record.to_table()
     return {"cluster": case.cluster, "nodes": case.nodes, "command": case.command, "run_options": case.run_options,
-            "hardware": table["hardware"], "workload": table["workload"]}
+            "env": case.env, "hardware": table["hardware"], "workload": table["workload"]}
 
 
 class CachedRunner:
@@ -251,7 +253,9 @@ class CachedRunner:
             _attach_sources(base, trace)
             return base
         t0 = time.perf_counter()
-        rr = replay(trace, cluster=case.cluster, nodes=case.nodes, recost=True)   # today's profiles
+        # today's profiles, and the allocator the case's launcher sets up
+        rr = replay(trace, cluster=case.cluster, nodes=case.nodes, recost=True,
+                    alloc_conf=AllocatorConfig.from_env(case.env).to_text())
         base.wall_s = time.perf_counter() - t0
         # the replay re-costed every kernel: its sources, not the live run's
         base.cost_sources = source_shares(rr.kernel_time_by_source)
@@ -264,6 +268,8 @@ class CachedRunner:
             base.mfu_percent = 100.0 * rr.mfu if rr.mfu is not None else None
         else:
             raise CaseFailed(f"replaying {trace} gave no iteration time (fewer than two iteration marks)")
+        if rr.peak_reserved_bytes:
+            base.memory_gib = max(rr.peak_reserved_bytes.values()) / GIB
         if rr.ooms:
             base.oom = True
         return base

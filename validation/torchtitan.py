@@ -66,6 +66,21 @@ def torchtitan_run_options(record: Record) -> list[str]:
     return out
 
 
+# How the caching allocator was set up is not stated by the published runs. TorchTitan 0.3.0's run_train.sh sets
+# expandable segments; the 2024 runs (Meta's Grand Teton and A100 clusters) were not necessarily launched by the
+# repository's script, and their published memory matches PyTorch's default allocator: the 8- and 128-GPU H100 rows
+# replay at 81.8 / 66.8 GiB with the defaults (82.4 / 67.0 measured) and 77.2 / 63.0 GiB with expandable segments.
+EXPANDABLE_FROM = (2, 8)      # records of this torch release line on ran TorchTitan 0.3.0's launcher
+
+
+def torchtitan_environment(record: Record) -> dict[str, str]:
+    """The allocator settings of the record's launcher: PyTorch's defaults for the 2024 recipe's runs (see above),
+    `expandable_segments:True` for later ones, as TorchTitan's run_train.sh exports."""
+    if _release_before(record, EXPANDABLE_FROM):
+        return {}
+    return {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+
+
 def _release_before(record: Record, release: tuple[int, int]) -> bool:
     """True when the record's torch release line is known and older than `release`."""
     own = torch_release_of(record)

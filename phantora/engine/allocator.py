@@ -1,27 +1,48 @@
-"""A model of the CUDA caching allocator's bookkeeping: what `torch.cuda.memory_*` report, and when OOM happens.
+"""A model of PyTorch's CUDA caching allocator: what `torch.cuda.memory_*` report, and when OOM happens.
 
-Sizes follow the caching allocator's rules (c10/cuda/CUDACachingAllocator.cpp):
-- a request is rounded up to a multiple of 512 B (at least 512 B): that is what `memory_allocated` counts;
-- blocks of at most 1 MiB come from a small pool carved out of 2 MiB segments, larger blocks from the large pool,
-  whose segments are rounded up to 2 MiB: that is what `memory_reserved` counts.
-The model does not track addresses: the small pool needs ceil(small bytes / 2 MiB) segments, each large block its own
-rounded segment. Reserved memory is cached (it never shrinks) until `empty_cache()`, as in PyTorch. A request fails
-when the memory the live blocks need (their segments) would exceed the device's capacity, since the real allocator
-frees its cache and retries before it reports OOM.
+It follows c10/cuda/CUDACachingAllocator.cpp block by block, with addresses, so that the memory it reserves
+(`memory_reserved`, the figure TorchTitan logs) includes the allocator's fragmentation, not only the live bytes:
+
+- a request is rounded up to a multiple of 512 B (at least 512 B): what `memory_allocated` counts;
+- blocks of at most 1 MiB come from the small pool, larger ones from the large pool; each pool keeps the free
+  blocks of each CUDA stream apart (a block is only reused by the stream it was allocated on);
+- a request takes the smallest free block of its pool and stream that fits (best fit, lowest address first) and
+  splits off the rest when at least 512 B (small pool) or more than 1 MiB (large pool) remains;
+- with no fitting block, a new segment is taken from the driver: 2 MiB for the small pool, 20 MiB for large
+  requests under 10 MiB, otherwise the request rounded up to 2 MiB (what `memory_reserved` counts);
+- a freed block merges with free neighbours of its segment and stays cached;
+- when the driver has no room for a segment, every wholly free segment is given back and the request retried;
+  only then is it out of memory (`empty_cache()` gives back the same segments).
+
+With `expandable_segments:True` in `PYTORCH_CUDA_ALLOC_CONF` (or `PYTORCH_ALLOC_CONF`), as TorchTitan's launch
+script sets, each pool and stream has one segment of virtual address space that grows by mapping pages (2 MiB in
+the small pool, 20 MiB in the large) at its end, blocks split whenever 512 B or more remain, and giving memory
+back unmaps the whole pages inside free blocks. The best-fit search then prefers a free block that cannot grow
+over one next to unmapped space, as PyTorch's does.
+
+Not modelled: `max_split_size_mb`, `roundup_power2_divisions`, `garbage_collection_threshold` (PyTorch's defaults
+are assumed), blocks kept alive by `record_stream` until other streams finish with them, CUDA graph pools, and
+memory outside PyTorch's allocator (CUDA context, NCCL buffers). groundtruth/allocator/ holds the event logs of
+real runs that tests/test_allocator_measured.py replays through this model.
 
 One model serves the ranks (memory queries, OOM at the user's line) and the engine (replay under another VRAM).
 """
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
+from typing import Mapping
 
-from phantora.errors import SimulationError
+from phantora.errors import PhantoraError, SimulationError
 
 MIN_BLOCK = 512
 SMALL_SIZE = 1 << 20          # blocks up to 1 MiB live in the small pool
-SMALL_SEGMENT = 2 << 20       # ... carved from 2 MiB segments
-LARGE_ROUND = 2 << 20         # large segments are rounded to 2 MiB
+SMALL_BUFFER = 2 << 20        # small-pool segments (and expandable small-pool pages)
+LARGE_BUFFER = 20 << 20       # large-pool segments for requests under MIN_LARGE_ALLOC (and expandable pages)
+MIN_LARGE_ALLOC = 10 << 20
+ROUND_LARGE = 2 << 20         # larger segments are rounded up to 2 MiB
+ALLOC_CONF_VARS = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
 
 
 def round_block(nbytes: int) -> int:
@@ -31,8 +52,50 @@ def round_block(nbytes: int) -> int:
     return -(-nbytes // MIN_BLOCK) * MIN_BLOCK
 
 
-def _large_segment(block: int) -> int:
-    return -(-block // LARGE_ROUND) * LARGE_ROUND
+def segment_size(block: int) -> int:
+    """Bytes of the segment the allocator takes from the driver for a block of `block` bytes."""
+    if block <= SMALL_SIZE:
+        return SMALL_BUFFER
+    if block < MIN_LARGE_ALLOC:
+        return LARGE_BUFFER
+    return -(-block // ROUND_LARGE) * ROUND_LARGE
+
+
+@dataclass(frozen=True)
+class AllocatorConfig:
+    """The caching allocator's settings that change what it reserves."""
+
+    expandable_segments: bool = False
+
+    @classmethod
+    def parse(cls, text: str) -> "AllocatorConfig":
+        """From the value of PYTORCH_CUDA_ALLOC_CONF ('key:value,key:value'). Settings the model does not
+        follow are accepted and ignored (see the module docstring)."""
+        expandable = False
+        for item in (text or "").split(","):
+            item = item.strip()
+            if not item:
+                continue
+            key, sep, value = item.partition(":")
+            if not sep:
+                raise PhantoraError(f"allocator setting {item!r} is not 'key:value' (PYTORCH_CUDA_ALLOC_CONF)")
+            if key.strip() == "expandable_segments":
+                v = value.strip()
+                if v not in ("True", "False"):
+                    raise PhantoraError(f"expandable_segments expects True or False, not {v!r}")
+                expandable = v == "True"
+        return cls(expandable)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> "AllocatorConfig":
+        """PYTORCH_CUDA_ALLOC_CONF, else PYTORCH_ALLOC_CONF (PyTorch reads the newer name when both are set)."""
+        for var in reversed(ALLOC_CONF_VARS):
+            if env.get(var):
+                return cls.parse(env[var])
+        return cls()
+
+    def to_text(self) -> str:
+        return "expandable_segments:True" if self.expandable_segments else ""
 
 
 class DeviceOutOfMemory(SimulationError):
@@ -45,7 +108,7 @@ class DeviceOutOfMemory(SimulationError):
         self.reserved = reserved
         self.capacity = capacity
         super().__init__(f"out of device memory: tried to allocate {rounded} B with {allocated} B allocated "
-                         f"of {capacity} B")
+                         f"and {reserved} B reserved of {capacity} B")
 
 
 @dataclass
@@ -66,75 +129,151 @@ class _Counter:
         self.freed += n
 
 
-class CachingAllocatorModel:
-    """Live blocks by id, byte counters and peaks, and the OOM check, for one device."""
+class _Block:
+    """A range of one segment: allocated, free (cached) or, in an expandable segment, not mapped."""
 
-    def __init__(self, capacity_bytes: int):
+    __slots__ = ("addr", "size", "stream", "small", "expandable", "prev", "next", "allocated", "mapped",
+                 "requested")
+
+    def __init__(self, addr: int, size: int, stream: int, small: bool, expandable: bool, mapped: bool = True):
+        self.addr = addr
+        self.size = size
+        self.stream = stream
+        self.small = small
+        self.expandable = expandable
+        self.prev: _Block | None = None
+        self.next: _Block | None = None
+        self.allocated = False
+        self.mapped = mapped
+        self.requested = 0
+
+    def key(self) -> tuple:
+        return (self.size, self.addr, self)
+
+    def is_free(self) -> bool:
+        return not self.allocated and self.mapped
+
+    def insert_after(self, other: "_Block") -> None:
+        """Link `other` right after this block."""
+        other.prev, other.next = self, self.next
+        if self.next is not None:
+            self.next.prev = other
+        self.next = other
+
+    def unlink(self) -> None:
+        if self.prev is not None:
+            self.prev.next = self.next
+        if self.next is not None:
+            self.next.prev = self.prev
+
+
+class _FreeList:
+    """Free blocks of one pool and stream, ordered by (size, address): bisect gives the best fit."""
+
+    __slots__ = ("items",)
+
+    def __init__(self):
+        self.items: list[tuple] = []
+
+    def add(self, b: _Block) -> None:
+        bisect.insort(self.items, b.key())
+
+    def remove(self, b: _Block) -> None:
+        i = bisect.bisect_left(self.items, (b.size, b.addr))
+        if i < len(self.items) and self.items[i][2] is b:
+            del self.items[i]
+            return
+        raise AssertionError("allocator model: a free block is missing from its pool")
+
+
+class CachingAllocatorModel:
+    """Blocks, segments, byte counters and peaks, and the OOM check, for one device."""
+
+    def __init__(self, capacity_bytes: int, config: AllocatorConfig | None = None):
         if capacity_bytes <= 0:
             raise ValueError("capacity must be positive")
         self.capacity = int(capacity_bytes)
-        self._blocks: dict[int, int] = {}          # block id -> rounded size
-        self._small_bytes = 0
-        self._large_segments = 0
+        # set_per_process_memory_fraction: PyTorch then refuses a new segment or an expansion whenever reserved
+        # memory plus the segment size of the request would pass the limit, before asking the driver
+        self.fraction_limit = False
+        self.config = config or AllocatorConfig()
+        self._expandable = self.config.expandable_segments
+        self._live: dict[int, _Block] = {}          # block id -> allocated block
+        self._free: dict[tuple[bool, int], _FreeList] = {}        # (small pool?, stream) -> free mapped blocks
+        self._unmapped: dict[tuple[bool, int], list[tuple]] = {}  # expandable: (addr, block), by address
+        self._next_addr = LARGE_BUFFER << 16        # fake device addresses, page-aligned: one range per segment
+        self._segments = 0                          # cudaMalloc'd segments now held
         self.allocated = _Counter()
         self.requested = _Counter()
         self.reserved = _Counter()
         self.count = _Counter()                     # number of live blocks
         self.num_ooms = 0
-        self._requested_of: dict[int, int] = {}
-
-    # -- segments ---------------------------------------------------------------------------------------------
-    def _segments_needed(self, small_bytes: int, large_segments: int) -> int:
-        return -(-small_bytes // SMALL_SEGMENT) * SMALL_SEGMENT + large_segments
-
-    def _sync_reserved(self) -> None:
-        need = self._segments_needed(self._small_bytes, self._large_segments)
-        if need > self.reserved.current:
-            self.reserved.add(need - self.reserved.current)
+        self.num_alloc_retries = 0
+        self.num_device_alloc = 0
+        self.num_device_free = 0
 
     # -- API ----------------------------------------------------------------------------------------------------
-    def alloc(self, nbytes: int, block_id: int) -> int:
-        """Allocate a block for a request of `nbytes`; returns the rounded size. Raises DeviceOutOfMemory."""
-        if block_id in self._blocks:
+    def alloc(self, nbytes: int, block_id: int, stream: int = 0) -> int:
+        """Allocate a block for a request of `nbytes` on `stream`; returns the rounded size. Raises
+        DeviceOutOfMemory (and leaves the live blocks as they were) when even a released cache has no room."""
+        if block_id in self._live:
             raise ValueError(f"block id {block_id} is already live")
-        block = round_block(int(nbytes))
-        small = self._small_bytes
-        large = self._large_segments
-        if block <= SMALL_SIZE:
-            small += block
-        else:
-            large += _large_segment(block)
-        if self._segments_needed(small, large) > self.capacity:
-            self.num_ooms += 1
-            raise DeviceOutOfMemory(int(nbytes), block, self.allocated.current, self.reserved.current, self.capacity)
-        self._small_bytes, self._large_segments = small, large
-        self._blocks[block_id] = block
-        self._requested_of[block_id] = int(nbytes)
-        self.allocated.add(block)
-        self.requested.add(int(nbytes))
+        size = round_block(int(nbytes))
+        small = size <= SMALL_SIZE
+        b = self._take_free(small, stream, size)
+        if b is None:
+            b = self._new_block(small, stream, size)
+            if b is None:
+                self.num_alloc_retries += 1
+                self.release_cached()
+                b = self._new_block(small, stream, size)
+                if b is None:
+                    self.num_ooms += 1
+                    raise DeviceOutOfMemory(int(nbytes), size, self.allocated.current, self.reserved.current,
+                                            self.capacity)
+        self._split(b, size)
+        b.allocated = True
+        b.requested = int(nbytes)
+        self._live[block_id] = b
+        self.allocated.add(b.size)
+        self.requested.add(b.requested)
         self.count.add(1)
-        self._sync_reserved()
-        return block
+        return b.size
 
     def free(self, block_id: int) -> int:
-        """Free a live block; returns its rounded size (0 for an unknown id)."""
-        block = self._blocks.pop(block_id, None)
-        if block is None:
+        """Free a live block; returns its size (0 for an unknown id). The block stays cached."""
+        b = self._live.pop(block_id, None)
+        if b is None:
             return 0
-        if block <= SMALL_SIZE:
-            self._small_bytes -= block
-        else:
-            self._large_segments -= _large_segment(block)
-        self.allocated.sub(block)
-        self.requested.sub(self._requested_of.pop(block_id, 0))
+        size = b.size
+        self.allocated.sub(size)
+        self.requested.sub(b.requested)
         self.count.sub(1)
-        return block
+        b.allocated = False
+        b.requested = 0
+        fl = self._free_list(b.small, b.stream)
+        for nb in (b.prev, b.next):
+            if nb is not None and nb.is_free():
+                fl.remove(nb)
+                self._absorb(b, nb)
+        fl.add(b)
+        return size
 
     def empty_cache(self) -> None:
-        """Release cached segments: reserved drops to what the live blocks need."""
-        need = self._segments_needed(self._small_bytes, self._large_segments)
-        if need < self.reserved.current:
-            self.reserved.sub(self.reserved.current - need)
+        """Give cached memory back to the driver, as torch.cuda.empty_cache() does."""
+        self.release_cached()
+
+    def release_cached(self) -> None:
+        """Free every wholly free segment (expandable: unmap the whole pages inside free blocks)."""
+        for (small, stream), fl in list(self._free.items()):
+            for _, _, b in list(fl.items):
+                if b.expandable:
+                    self._unmap(fl, b)
+                elif b.prev is None and b.next is None:
+                    fl.remove(b)
+                    self.reserved.sub(b.size)
+                    self._segments -= 1
+                    self.num_device_free += 1
 
     def reset_peak(self) -> None:
         for c in (self.allocated, self.requested, self.reserved, self.count):
@@ -145,9 +284,10 @@ class CachingAllocatorModel:
             c.allocated = 0
             c.freed = 0
         self.num_ooms = 0
+        self.num_alloc_retries = 0
 
     def live_blocks(self) -> int:
-        return len(self._blocks)
+        return len(self._live)
 
     @property
     def free_bytes(self) -> int:
@@ -164,14 +304,169 @@ class CachingAllocatorModel:
             out[f"{name}.all.peak"] = c.peak
             out[f"{name}.all.allocated"] = c.allocated
             out[f"{name}.all.freed"] = c.freed
-        out["segment.all.current"] = -(-self._small_bytes // SMALL_SEGMENT) + self._large_count()
-        out["num_alloc_retries"] = 0
+        split = [b for fl in self._free.values() for _, _, b in fl.items
+                 if not b.expandable and (b.prev is not None or b.next is not None)]
+        out["inactive_split.all.current"] = len(split)
+        out["inactive_split_bytes.all.current"] = sum(b.size for b in split)
+        out["segment.all.current"] = self._segments
+        out["num_alloc_retries"] = self.num_alloc_retries
         out["num_ooms"] = self.num_ooms
-        out["num_device_alloc"] = self.reserved.allocated // LARGE_ROUND
-        out["num_device_free"] = self.reserved.freed // LARGE_ROUND
-        out["inactive_split_bytes.all.current"] = 0
+        out["num_device_alloc"] = self.num_device_alloc
+        out["num_device_free"] = self.num_device_free
         out["max_split_size"] = -1
         return out
 
-    def _large_count(self) -> int:
-        return sum(1 for b in self._blocks.values() if b > SMALL_SIZE)
+    # -- internals ----------------------------------------------------------------------------------------------
+    def _free_list(self, small: bool, stream: int) -> _FreeList:
+        fl = self._free.get((small, stream))
+        if fl is None:
+            fl = self._free[(small, stream)] = _FreeList()
+        return fl
+
+    def _take_free(self, small: bool, stream: int, size: int) -> _Block | None:
+        """The best-fitting cached block of the pool and stream, taken out of the pool (None if none fits)."""
+        fl = self._free.get((small, stream))
+        if fl is None:
+            return None
+        items = fl.items
+        i = bisect.bisect_left(items, (size,))
+        if i == len(items):
+            return None
+        if self._expandable:
+            # a block next to unmapped space counts as the size it can grow to: prefer one that cannot grow
+            def grow(b: _Block) -> int:
+                n = b.next
+                return b.size + (n.size if n is not None and not n.mapped else 0)
+            while i + 1 < len(items) and grow(items[i + 1][2]) < grow(items[i][2]):
+                i += 1
+        b = items[i][2]
+        del items[i]
+        return b
+
+    def _new_block(self, small: bool, stream: int, size: int) -> _Block | None:
+        """A block of at least `size` from new driver memory (None when the device has no room for it)."""
+        if self.fraction_limit and self.reserved.current + segment_size(size) > self.capacity:
+            return None
+        if self._expandable:
+            return self._grow(small, stream, size)
+        seg = segment_size(size)
+        if self.reserved.current + seg > self.capacity:
+            return None
+        b = _Block(self._fresh_range(seg), seg, stream, small, False)
+        self.reserved.add(seg)
+        self._segments += 1
+        self.num_device_alloc += 1
+        return b
+
+    def _fresh_range(self, nbytes: int) -> int:
+        addr = self._next_addr
+        self._next_addr += -(-nbytes // LARGE_BUFFER) * LARGE_BUFFER + LARGE_BUFFER
+        return addr
+
+    def _split(self, b: _Block, size: int) -> None:
+        rest = b.size - size
+        if rest >= MIN_BLOCK if (b.small or b.expandable) else rest > SMALL_SIZE:
+            r = _Block(b.addr + size, rest, b.stream, b.small, b.expandable)
+            b.insert_after(r)
+            b.size = size
+            self._free_list(b.small, b.stream).add(r)
+
+    @staticmethod
+    def _absorb(b: _Block, nb: _Block) -> None:
+        """Merge the neighbouring block `nb` into `b`."""
+        if nb is b.prev:
+            b.addr = nb.addr
+        b.size += nb.size
+        nb.unlink()
+
+    # -- expandable segments -----------------------------------------------------------------------------------
+    def _grow(self, small: bool, stream: int, size: int) -> _Block | None:
+        """Map pages of the pool's expandable segment for a block of `size` (PyTorch's
+        try_allocate_expandable_block): the first unmapped range, with the free block before it, that has room."""
+        key = (small, stream)
+        unmapped = self._unmapped.setdefault(key, [])
+        fl = self._free_list(small, stream)
+        cand = None
+        for _, u in unmapped:
+            c = u.prev if u.prev is not None and u.prev.is_free() else u
+            room, x = 0, c
+            while room < size and x is not None and not x.allocated:
+                room += x.size
+                x = x.next
+            if room >= size:
+                cand = c
+                break
+        if cand is None:                            # a new segment of address space: 9/8 of the device
+            page = SMALL_BUFFER if small else LARGE_BUFFER
+            span = -(-(self.capacity * 9 // 8) // page) * page
+            cand = _Block(self._fresh_range(span), span, stream, small, True, mapped=False)
+            bisect.insort(unmapped, (cand.addr, cand))
+        if cand.mapped:
+            fl.remove(cand)                         # it grows into the unmapped space after it
+        else:
+            cand = self._map(cand, min(cand.size, size))
+            if cand is None:
+                return None
+        while cand.size < size:
+            grown = self._map(cand.next, min(size - cand.size, cand.next.size), taken=cand)
+            if grown is None:
+                fl.add(cand)
+                return None
+            cand = grown
+        return cand
+
+    def _map(self, u: _Block, nbytes: int, taken: _Block | None = None) -> _Block | None:
+        """Map whole pages at the start of the unmapped block `u` to cover `nbytes` (None when the device has no
+        room). The mapped part absorbs its free neighbours (`taken`, a free block already out of the pool, among
+        them) and is returned out of the pool; the rest of `u` stays unmapped."""
+        page = SMALL_BUFFER if u.small else LARGE_BUFFER
+        n = min(-(-nbytes // page) * page, u.size)
+        if self.reserved.current + n > self.capacity:
+            return None
+        unmapped = self._unmapped[(u.small, u.stream)]
+        del unmapped[bisect.bisect_left(unmapped, (u.addr,))]
+        if n < u.size:
+            rest = _Block(u.addr + n, u.size - n, u.stream, u.small, True, mapped=False)
+            u.insert_after(rest)
+            u.size = n
+            bisect.insort(unmapped, (rest.addr, rest))
+        u.mapped = True
+        self.reserved.add(n)
+        self.num_device_alloc += 1
+        fl = self._free_list(u.small, u.stream)
+        for nb in (u.prev, u.next):
+            if nb is not None and nb.is_free():
+                if nb is not taken:
+                    fl.remove(nb)
+                self._absorb(u, nb)
+        return u
+
+    def _unmap(self, fl: _FreeList, b: _Block) -> None:
+        """Unmap the whole pages inside the free block `b` of an expandable segment."""
+        page = SMALL_BUFFER if b.small else LARGE_BUFFER
+        lo = -(-b.addr // page) * page
+        hi = (b.addr + b.size) // page * page
+        if hi <= lo:
+            return
+        fl.remove(b)
+        unmapped = self._unmapped.setdefault((b.small, b.stream), [])
+        end = b.addr + b.size
+        if lo > b.addr:                               # a mapped head stays free
+            head = _Block(b.addr, lo - b.addr, b.stream, b.small, True)
+            if b.prev is not None:
+                b.prev.insert_after(head)
+            else:
+                head.next, b.prev = b, head
+            fl.add(head)
+        if hi < end:                                  # a mapped tail stays free
+            tail = _Block(hi, end - hi, b.stream, b.small, True)
+            b.insert_after(tail)
+            fl.add(tail)
+        b.addr, b.size, b.mapped = lo, hi - lo, False
+        self.reserved.sub(hi - lo)
+        self.num_device_free += 1
+        for nb in (b.prev, b.next):                   # unmapped neighbours become one range
+            if nb is not None and not nb.mapped:
+                del unmapped[bisect.bisect_left(unmapped, (nb.addr,))]
+                self._absorb(b, nb)
+        bisect.insort(unmapped, (b.addr, b))

@@ -32,7 +32,7 @@ from typing import Callable, Iterable
 from ..cluster import ClusterSpec
 from ..errors import SimulationError
 from ..net.network import Network
-from .allocator import CachingAllocatorModel, DeviceOutOfMemory
+from .allocator import AllocatorConfig, CachingAllocatorModel, DeviceOutOfMemory
 from .ops import Memcpy, Op, OpKind
 
 INF = math.inf
@@ -87,7 +87,7 @@ class _Stream:
 
 
 class _Rank:
-    def __init__(self, rank: int, capacity: int):
+    def __init__(self, rank: int, capacity: int, allocator: AllocatorConfig | None = None):
         self.rank = rank
         self.cpu = 0.0
         self.queue: deque = deque()
@@ -101,7 +101,7 @@ class _Rank:
         self.group_seq: dict[int, int] = {}
         self.p2p_seq: dict[tuple[int, int, int], int] = {}
         self.batch: list | None = None
-        self.allocator = CachingAllocatorModel(capacity)
+        self.allocator = CachingAllocatorModel(capacity, allocator)
         self.emit: Callable[[tuple], None] = _discard
         self.iterations: list[float] = []
         self.last_op: tuple[int, Op] | None = None
@@ -157,7 +157,8 @@ class Engine:
                  rank_map: list[int] | None = None, sink: Sink | None = None,
                  on_sync: Callable[[int, int, float], None] | None = None,
                  launch_overhead_s: float | None = None, cpu_time_scale: float | None = None,
-                 vram_bytes: int | None = None, algo: str | None = None, proto: str | None = None):
+                 vram_bytes: int | None = None, algo: str | None = None, proto: str | None = None,
+                 allocator: AllocatorConfig | None = None):
         self.spec = spec
         self.world_size = spec.world_size
         self.net = Network(spec, idle_shortcut=self.idle_shortcut)
@@ -169,7 +170,8 @@ class Engine:
             if self.rank_map[r] != r:
                 raise SimulationError(f"simulated rank {r} must map to itself in the rank map")
         capacity = vram_bytes if vram_bytes is not None else spec.vram_bytes()
-        self.ranks: dict[int, _Rank] = {r: _Rank(r, capacity) for r in sim}
+        self.allocator_config = allocator or AllocatorConfig()
+        self.ranks: dict[int, _Rank] = {r: _Rank(r, capacity, self.allocator_config) for r in sim}
         self.sink = sink or (lambda *a: None)
         emitter = getattr(self.sink, "emitter", None)
         for r, rs in self.ranks.items():
@@ -395,7 +397,7 @@ class Engine:
             self._block(rs, ("event", rs.events.get(op.arg)), idx, op)
         elif k == K.ALLOC:
             try:
-                rs.allocator.alloc(op.nbytes, op.arg)
+                rs.allocator.alloc(op.nbytes, op.arg, op.stream)
             except DeviceOutOfMemory as exc:
                 self.ooms.append((rs.rank, idx, exc))
             rs.emit((idx, op, rs.cpu, rs.cpu, rs.cpu, -1))

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import IO, Callable
 
 from ..cluster import ClusterSpec
+from ..engine.allocator import AllocatorConfig
 from ..errors import PhantoraError
 from ..paths import project_root
 from ..simulate import run_meta
@@ -166,12 +167,16 @@ def run_live(opts: RunOptions, progress: Callable[[str], None] | None = None) ->
     spec, plan = opts.spec, opts.plan
     argv = program_argv(opts.program)
     prebuild_stub_library()
+    # the ranks' PYTORCH_CUDA_ALLOC_CONF: their allocator model and the engine's (replay keeps it in the meta)
+    allocator = AllocatorConfig.from_env({**os.environ, **opts.env})
     meta = run_meta(spec, argv, plan.simulated, plan.rank_map, "live", ranks_mode=plan.mode,
                     tokens_per_iteration=opts.tokens_per_iteration, flops_per_token=opts.flops_per_token,
-                    profile=opts.env.get("PHANTORA_PROFILE"))      # replay --recost costs from it again
+                    profile=opts.env.get("PHANTORA_PROFILE"),      # replay --recost costs from it again
+                    allocator=allocator.to_text())
     server = EngineServer(spec, plan.simulated, plan.rank_map, trace=opts.trace, meta=meta,
                           launch_overhead_s=spec.host.launch_overhead_us * 1e-6,
-                          cpu_time_scale=spec.host.cpu_time_scale, algo=opts.algo, proto=opts.proto)
+                          cpu_time_scale=spec.host.cpu_time_scale, algo=opts.algo, proto=opts.proto,
+                          allocator=allocator)
     port = _free_port()
     epoch = time.time()
     lock = threading.Lock()

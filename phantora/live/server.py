@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..cluster import ClusterSpec
+from ..engine.allocator import AllocatorConfig
 from ..engine.core import Engine
 from ..engine.ops import OpKind
 from ..engine.recorder import Recorder
@@ -61,7 +62,7 @@ class EngineServer:
 
     def __init__(self, spec: ClusterSpec, simulated: list[int], rank_map: list[int], *, trace: str | Path | None,
                  meta: dict, launch_overhead_s: float, cpu_time_scale: float = 1.0, vram_bytes: int | None = None,
-                 algo: str | None = None, proto: str | None = None):
+                 algo: str | None = None, proto: str | None = None, allocator: AllocatorConfig | None = None):
         self.spec = spec
         self.simulated = list(simulated)
         self.rank_map = list(rank_map)
@@ -74,7 +75,8 @@ class EngineServer:
         self.recorder = Recorder(self.writer)
         self.engine = Engine(spec, simulated=self.simulated, rank_map=self.rank_map, sink=self.recorder,
                              on_sync=self._on_sync, launch_overhead_s=launch_overhead_s,
-                             cpu_time_scale=cpu_time_scale, vram_bytes=vram_bytes, algo=algo, proto=proto)
+                             cpu_time_scale=cpu_time_scale, vram_bytes=vram_bytes, algo=algo, proto=proto,
+                             allocator=allocator)
         self.recorder.attach(self.engine)
         self._sig_ids: dict[str, int] = {}
         self._groups_written: set[int] = set()

@@ -294,6 +294,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="default: cuda when torch.cuda.is_available(), else cpu")
     p.add_argument("--peak-tflops", type=float, default=None,
                    help="peak TFLOP/s per GPU for MFU (default: from the device name for H100/H200/A100)")
+    p.add_argument("--shard-one-rank", action="store_true",
+                   help="apply FSDP2 even with one data-parallel rank (its all-gather and reduce-scatter streams "
+                        "then run: for allocator measurements on one GPU)")
     p.add_argument("--json-out", default=None, help="also write the SUMMARY json to this file (rank 0)")
     p.add_argument("--kernel-profile", default=None, metavar="DIR",
                    help="on CUDA, record steps 3-4 with torch.profiler and write the in-situ GPU time of every op "
@@ -478,7 +481,7 @@ def train(args, a: ModelArgs, layout: Layout, rank: int, local_rank: int) -> Non
     mesh = init_device_mesh(device_type, (layout.pp, layout.dp, layout.tp), mesh_dim_names=("pp", "dp", "tp"))
     pp_rank, dp_rank = mesh["pp"].get_local_rank(), mesh["dp"].get_local_rank()
     dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float32
-    use_fsdp = args.dp_mode == "fsdp" and layout.dp > 1
+    use_fsdp = args.dp_mode == "fsdp" and (layout.dp > 1 or args.shard_one_rank)
     use_ddp = args.dp_mode == "ddp" and layout.dp > 1
 
     n_params, n_params_no_emb = count_params(a)

@@ -485,6 +485,7 @@ def set_per_process_memory_fraction(fraction: float, device: Any = None) -> None
     ctx = _ctx()
     total = ctx.extras.setdefault("vram_total", ctx.runtime.allocator.capacity)
     ctx.runtime.allocator.capacity = max(int(total * fraction), 1)
+    ctx.runtime.allocator.fraction_limit = True
 
 
 def memory_summary(device: Any = None, abbreviated: bool = False) -> str:

@@ -91,12 +91,13 @@ class MemoryTracker:
 
     def _alloc(self, storage, key: int, nbytes: int, device_index: int | None) -> int:
         block = next(self._ids)
+        stream = self.dev.stream(device_index)
         try:
-            rounded = self.allocator.alloc(nbytes, block)
+            rounded = self.allocator.alloc(nbytes, block, stream)
         except DeviceOutOfMemory as oom:
             raise torch.OutOfMemoryError(self._oom_message(oom, device_index)) from None
         self._watch(storage, key, block, nbytes)
-        self.runtime.submit(Op(OpKind.ALLOC, stream=self.dev.stream(device_index), nbytes=nbytes, arg=block,
+        self.runtime.submit(Op(OpKind.ALLOC, stream=stream, nbytes=nbytes, arg=block,
                                mem=rounded))
         return rounded
 

@@ -16,7 +16,7 @@ import sys
 from multiprocessing.connection import Client
 from typing import Any
 
-from phantora.engine.allocator import CachingAllocatorModel
+from phantora.engine.allocator import AllocatorConfig, CachingAllocatorModel
 from phantora.engine.ops import Memcpy, Op, OpKind
 from phantora.live import wire
 
@@ -39,7 +39,7 @@ class RemoteRuntime(Runtime):
         self.local_rank = local_rank
         self.launch = launch_overhead_s
         self.scale = cpu_time_scale
-        self._allocator = CachingAllocatorModel(capacity_bytes)
+        self._allocator = CachingAllocatorModel(capacity_bytes, AllocatorConfig.from_env(os.environ))
         try:
             self._conn = Client(wire.address_of(address), family="AF_UNIX", authkey=authkey)
         except (OSError, ValueError) as exc:

@@ -22,11 +22,12 @@ from __future__ import annotations
 
 import abc
 import json
+import os
 from typing import Any
 
 from phantora.engine.ops import Memcpy, Op, OpKind
 
-from phantora.engine.allocator import CachingAllocatorModel
+from phantora.engine.allocator import AllocatorConfig, CachingAllocatorModel
 from phantora.live.combine import combine_mirrored
 
 LAUNCH_KINDS = frozenset({OpKind.KERNEL, OpKind.MEMCPY, OpKind.COLLECTIVE, OpKind.SEND, OpKind.RECV})
@@ -114,7 +115,7 @@ class LocalRuntime(Runtime):
         self.world_size = world_size
         self.local_rank = local_rank
         self.launch_overhead_s = launch_overhead_s
-        self._allocator = CachingAllocatorModel(capacity_bytes)
+        self._allocator = CachingAllocatorModel(capacity_bytes, AllocatorConfig.from_env(os.environ))
         self._cpu = 0.0
         self._tails: dict[int, float] = {}
         self._events: dict[int, float] = {}
