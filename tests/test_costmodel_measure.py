@@ -61,6 +61,10 @@ ROUND_TRIP = [
                                   [T(10, dtype=F32)] * 2, [], [T(dtype=F32)] * 2),
      dict(lr=1e-3, beta1=0.9, beta2=0.95, weight_decay=0.1, eps=1e-8, amsgrad=False, maximize=False)),
     (aten.nll_loss_forward.default, (T(16, 10, dtype=F32), L(16), None, 1, -100), {}),
+    # the scalars of a ScalarList are numbers, dropped from the signature: one is rebuilt per tensor
+    (aten._foreach_div_.ScalarList, ([T(4, dtype=F32), T(3, 2, dtype=F32)], [0.5, 0.25]), {}),
+    (aten._foreach_addcdiv_.ScalarList, ([T(4, dtype=F32)] * 2, [T(4, dtype=F32)] * 2, [T(4, dtype=F32)] * 2,
+                                         [0.5, 0.25]), {}),
 ]
 
 
@@ -154,3 +158,52 @@ def test_live_cost_model_reports_measured_source():
     model = CostModel(_local_spec(), measure_live=True, allow_other_live_gpu=True)
     c = model.estimate(S(aten.mm.default, T(2048, 2048), T(2048, 2048)))
     assert c.source == CostSource.MEASURED and c.duration_s > 0
+
+
+def test_fsdp_copy_in_members_follow_their_split_sizes():
+    """A signature keeps a tensor list grouped by shape; FSDP's all_gather_copy_in also takes the members' sizes
+    in order, and its CPU kernel refuses members out of that order."""
+    import torch.distributed.fsdp._fully_shard._fsdp_collectives  # noqa: F401  (registers torch.ops.fsdp)
+
+    sizes = [8, 2, 8, 2, 5]                     # interleaved, as a block's q, k, v, o, ... weights are
+    world, rank = 2, 1
+    numel = sum(sizes)
+    args = ([T(n) for n in sizes], T(numel * world), sizes, numel, rank)
+    sig = signature_of(torch.ops.fsdp.all_gather_copy_in.default, args, {})
+    real_args, real_kwargs = build_inputs(sig, "cpu")
+    assert [t.numel() for t in real_args[0]] == sizes
+    assert signature_of(torch.ops.fsdp.all_gather_copy_in.default, real_args, real_kwargs) == sig
+    _, out = torch.ops.fsdp.all_gather_copy_in(*real_args, **real_kwargs)
+    assert torch.equal(out[rank * numel:(rank + 1) * numel], torch.cat(real_args[0]))
+
+
+@pytest.mark.parametrize("op,args", [(aten.add.Tensor, (T(2, 64, 1, dtype=F32), 1e-6)),     # RMSNorm's `+ eps`
+                                     (aten.mul.Tensor, (T(64, dtype=F32), 0.5)),
+                                     (aten.clamp.default, (T(dtype=F32), 1e-6, None)),        # both bounds numbers
+                                     (aten.clamp.default, (T(8, dtype=F32), None, 1.0))])
+def test_ops_with_number_operands_are_measurable(op, args):
+    """Numbers are dropped from signatures as values; the op must still be rebuilt with some number there."""
+    sig = signature_of(op, args, {})
+    real_args, real_kwargs = build_inputs(sig, "cpu")
+    assert signature_of(op, real_args, real_kwargs) == sig
+    out = op(*real_args, **real_kwargs)
+    assert out.shape == args[0].shape
+
+
+def test_fsdp_copy_out_members_follow_their_split_sizes():
+    """FSDP's split_with_sizes_copy writes each `out` member from its slice of the gathered buffer: members out of
+    the split sizes' order would be resized by the op on every call, which is not the kernel that was recorded."""
+    import warnings
+
+    import torch.distributed.fsdp._fully_shard._fsdp_collectives  # noqa: F401  (registers torch.ops.fsdp)
+
+    sizes, world = [8, 2, 8, 2, 5], 2
+    op = torch.ops.fsdp.split_with_sizes_copy.default
+    sig = signature_of(op, (T(world, sum(sizes)), sizes), {"dim": 1, "out": [T(world, n) for n in sizes]})
+    real_args, real_kwargs = build_inputs(sig, "cpu")
+    assert [t.shape[1] for t in real_kwargs["out"]] == sizes
+    assert signature_of(op, real_args, real_kwargs) == sig
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")                     # "An output ... was resized" must not happen
+        op(*real_args, **real_kwargs)
+    assert torch.equal(torch.cat(real_kwargs["out"], dim=1), real_args[0])

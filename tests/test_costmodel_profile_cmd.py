@@ -200,3 +200,32 @@ def test_without_a_gpu_one_clear_line(traces, tmp_path):
     assert res.exit_code != 0
     assert res.output.count("\n") == 1 and "CUDA GPU" in res.output and "Traceback" not in res.output
     assert not (tmp_path / "p.h5").exists()
+
+
+def test_op_filter_and_remeasuring_a_databases_own_records(traces, tmp_path):
+    a, b = traces
+    out = tmp_path / "p.h5"
+    first = FakeMeasure()
+    run = profile_traces([a, b], out, gpu=GPU, measure=first, device=DEVICE, echo=lambda s: None,
+                         ops=["aten.mm"])                              # without the overload: every overload
+    mm_keys = {k for k in measurable(kernel_keys(a, b)) if Signature.from_key(k).op == "aten.mm.default"}
+    assert mm_keys and {k for k, _, _ in first.calls} == mm_keys == set(run.measured)
+    profile_traces([a, b], out, gpu=GPU, measure=FakeMeasure(), device=DEVICE, echo=lambda s: None)
+    before = dict(ProfileDB.open(out).items())
+    # no trace: the database's own records of the op, measured again with --force; the others untouched
+    again = FakeMeasure()
+    again.calls = [("", 0, 0)] * 100
+    res_lines = []
+    profile_traces([], out, force=True, measure=again, device=DEVICE, echo=res_lines.append,
+                   ops=["aten.bmm.default"])
+    bmm = {k for k in before if Signature.from_key(k).op == "aten.bmm.default"}
+    assert bmm and {k for k, _, _ in again.calls[100:]} == bmm
+    after = dict(ProfileDB.open(out).items())
+    assert all(after[k] != before[k] for k in bmm) and all(after[k] == before[k] for k in set(before) - bmm)
+    assert "itself" in res_lines[0]
+    with pytest.raises(PhantoraError, match="no signature of aten.softmax"):
+        profile_traces([], out, force=True, measure=FakeMeasure(), device=DEVICE, ops=["aten.softmax"])
+    with pytest.raises(PhantoraError, match="--op"):
+        profile_traces([], out, measure=FakeMeasure(), device=DEVICE)
+    with pytest.raises(PhantoraError, match="does not exist"):
+        profile_traces([], tmp_path / "none.h5", gpu=GPU, measure=FakeMeasure(), device=DEVICE, ops=["aten.mm"])

@@ -222,3 +222,26 @@ def test_ranks_auto_reads_the_pipeline_degree_of_a_torchtitan_command():
     assert plan.pp_degree == 4 and plan.simulated == [0, 4, 8, 12]
     underscored = [a.replace("pipeline-parallel-degree", "pipeline_parallel_degree") for a in argv]
     assert plan_ranks("auto", 16, underscored).simulated == [0, 4, 8, 12]
+
+
+def test_parallel_cases_prepare_one_complete_asset_folder(tmp_path, monkeypatch):
+    """Cases run with --jobs N prepare their model's assets at the same time: every one must find a whole
+    tokenizer and dataset, and no half-written folder may be left behind."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from phantora.assets import DATASET_DIR, DATASET_FILE, TOKENIZER_DIR
+    from phantora_validation.torchtitan import assets_root, prepare_assets
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    stale = assets_root() / "llama3-8b"
+    stale.mkdir(parents=True)                    # what an interrupted older writer leaves: no tokenizer
+    (stale / "partial").write_text("")
+    with ThreadPoolExecutor(4) as pool:
+        outs = list(pool.map(prepare_assets, ["llama3-8b"] * 4))
+    assert len(set(outs)) == 1
+    out = outs[0]
+    assert json.loads((out / TOKENIZER_DIR / "tokenizer.json").read_text())["model"]["vocab"]
+    lines = (out / DATASET_DIR / DATASET_FILE).read_text().splitlines()
+    assert lines and all(json.loads(line)["text"] for line in lines)
+    assert not (out / "partial").exists()
+    assert sorted(p.name for p in out.parent.iterdir()) == ["llama3-8b"]

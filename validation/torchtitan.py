@@ -8,6 +8,8 @@ puts after `phantora run ... --`.
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 from phantora.errors import PhantoraError
@@ -32,8 +34,23 @@ def prepare_assets(model: str) -> Path:
     from phantora.assets import write_torchtitan_assets
 
     out = assets_root() / model
-    if not (out / "tokenizer").exists():
-        write_torchtitan_assets(out, model=model)
+    if (out / "tokenizer").exists():
+        return out
+    # cases run in parallel: each writes into a private folder and renames it into place; the first one wins
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{model}-", dir=out.parent))
+    try:
+        write_torchtitan_assets(tmp, model=model)
+        try:
+            tmp.rename(out)
+        except OSError:
+            if not (out / "tokenizer").exists():      # a half-written folder of an older version: set aside
+                stale = Path(tempfile.mkdtemp(prefix=f".{model}-stale-", dir=out.parent))
+                out.rename(stale / model)
+                tmp.rename(out)
+                shutil.rmtree(stale, ignore_errors=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 

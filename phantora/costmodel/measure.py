@@ -171,6 +171,28 @@ def _list_tensors(sig: Signature, slot: int, entries, device: str, positive: boo
     return out
 
 
+def _in_split_order(tensors: list, scalars: dict) -> list:
+    """A signature keeps a tensor list grouped by shape; ops that also take the members' sizes in order get the
+    members back in that order: FSDP's `all_gather_copy_in` (`inp_split_sizes`, each member's numel) and
+    `split_with_sizes_copy` (`all_gather_input_split_sizes`, each `out` member's size along `dim`)."""
+    if "inp_split_sizes" in scalars:
+        sizes, size_of = scalars["inp_split_sizes"], (lambda t: t.numel())
+    elif "all_gather_input_split_sizes" in scalars:
+        dim = int(scalars.get("dim", 0))
+        sizes, size_of = scalars["all_gather_input_split_sizes"], (lambda t: t.shape[dim] if t.dim() > dim else -1)
+    else:
+        return tensors
+    if not isinstance(sizes, (list, tuple)) or len(sizes) != len(tensors) or None in tensors:
+        return tensors
+    by_size: dict[int, list] = {}
+    for t in tensors:
+        by_size.setdefault(size_of(t), []).append(t)
+    try:
+        return [by_size[int(n)].pop() for n in sizes]
+    except (KeyError, IndexError):
+        return tensors
+
+
 def _convert_scalar(name: str, v: Any, device: str) -> Any:
     import torch
 
@@ -212,21 +234,24 @@ def build_inputs(sig: Signature, device: str = "cuda", seed: int = 0) -> tuple[l
             v = make_tensor(shape, dtype, stride, device, bound=bounds.get(i), positive=positive, gen=gen)
             given = True
         elif i in lists:
-            v = _list_tensors(sig, i, lists[i], device, positive, gen)
+            v = _in_split_order(_list_tensors(sig, i, lists[i], device, positive, gen), scalars)
             given = True
         elif a.name in scalars:
             v = _convert_scalar(a.name, scalars[a.name], device)
-            if isinstance(v, (int, float)) and str(a.type).startswith("List"):
-                # a scalar list recorded by its value (`_foreach_*.ScalarList`): one per tensor of the first list
-                n = next((len(x) for x in args if isinstance(x, list)), 1)
-                v = [v] * n
             given = True
         elif _is_tensor_list(a):
             v, given = [], not _has_default(a)
+        elif a.name == "min" and sig.name in ("clamp", "clamp_") and not (sig.tensor(i + 1) or "max" in scalars):
+            v, given = _PLACEHOLDERS["min"], True    # both bounds were numbers, dropped as values: one is kept
         elif a.default_value is not None or _has_default(a):
             v, given = a.default_value, False
         else:
             v, given = _placeholder(a), True
+        if given and isinstance(v, (int, float)) and not isinstance(v, bool) and str(a.type).startswith("List"):
+            # a scalar list recorded by one value, or dropped as values (`_foreach_*.ScalarList`): one per tensor
+            # of the first tensor list
+            n = next((len(x) for x in args if isinstance(x, list)), 1)
+            v = [v] * n
         if a.kwarg_only:
             if given:
                 kwargs[a.name] = v
@@ -252,8 +277,13 @@ def _has_default(a: Any) -> bool:
 
 def _placeholder(a: Any) -> Any:
     kind = str(a.type)
-    if "Tensor" in kind:                    # a required Optional[Tensor] the signature recorded as absent
-        return [] if "List" in kind else None
+    if "Tensor" in kind:
+        if "List" in kind:
+            return []
+        if "Optional" in kind:              # a required Optional[Tensor] the signature recorded as absent
+            return None
+        # a Tensor argument the signature has no tensor for was a Python number (a wrapped scalar: `x + 1e-6`)
+        return float(_PLACEHOLDERS.get(a.name, 0.5))
     if a.name in _PLACEHOLDERS:
         v = _PLACEHOLDERS[a.name]
         return int(v) if kind in ("int", "SymInt") else v

@@ -5,7 +5,9 @@ The signatures are those the traces' kernel and copy ops refer to (the `sig` col
 across traces and ranks. An existing database at `--out` is merged into: its signatures are skipped unless
 `--force`, and it must be of the same GPU preset. Ops that launch no kernel (views, metadata) are skipped. Each
 signature prints one progress line (n/total, the signature, the median in µs or why it was skipped or failed); the
-database is saved at the end, also when the run is interrupted, with what was measured so far.
+database is saved at the end, also when the run is interrupted, with what was measured so far. `--op OP` keeps
+only the signatures of that op; with no trace, the signatures are those the database at `--out` already holds, so
+`--op OP --force` re-measures one op's records after a change to how it is measured.
 
 `profile_traces` does the work and takes the measuring function as an argument, so tests (and other devices) can
 supply their own; `profile_command` is the click command.
@@ -113,11 +115,20 @@ def _local_facts() -> tuple[str, str, str]:
     return torch.cuda.get_device_name(), _driver_version(), torch.__version__
 
 
+def _selects(ops: Sequence[str], sig_op: str) -> bool:
+    """Whether a signature's op is one of `ops` (each a full overload name, or a name without the overload)."""
+    return not ops or any(sig_op == op or sig_op.rsplit(".", 1)[0] == op for op in (o.strip() for o in ops))
+
+
 def profile_traces(traces: Sequence[str | Path], out: str | Path, *, gpu: str | None = None, force: bool = False,
                    warmup: int = DEFAULT_WARMUP, iters: int = DEFAULT_REPEATS, measure: Measure | None = None,
                    device: tuple[str, str, str] | None = None, command: str = "",
-                   echo: Callable[[str], None] = print) -> ProfileRun:
+                   echo: Callable[[str], None] = print, ops: Sequence[str] = ()) -> ProfileRun:
     """Measure the kernel signatures of `traces` into the profile database `out` (created or merged into).
+
+    `ops` keeps only the signatures of those ops ('fsdp.split_with_sizes_copy.default', or without the overload).
+    With no traces, the signatures are the database's own (it must exist and `ops` must be given): with `force`,
+    they are measured again.
 
     `measure` defaults to live measurement on the local CUDA GPU and `device` (device name, driver, torch version)
     to this machine's; without a CUDA GPU that is a PhantoraError. `gpu` is the GPU preset name (default: the
@@ -125,8 +136,11 @@ def profile_traces(traces: Sequence[str | Path], out: str | Path, *, gpu: str | 
     """
     from ..gpus import load_gpu
 
-    if not traces:
-        raise PhantoraError("phantora profile needs at least one trace (or --model, not supported yet)")
+    if not traces and not ops:
+        raise PhantoraError("phantora profile needs at least one trace, or --op to re-measure records of the "
+                            "database itself")
+    if not traces and not Path(out).exists():
+        raise PhantoraError(f"{out} does not exist: without traces, --op re-measures records of an existing database")
     if warmup < 0 or iters < 1:
         raise PhantoraError(f"--warmup must be >= 0 and --iters >= 1 (got {warmup} and {iters})")
     if measure is None:
@@ -151,9 +165,14 @@ def profile_traces(traces: Sequence[str | Path], out: str | Path, *, gpu: str | 
                 echo(f"warning: {out} was measured with {key.replace('_', ' ')} {db.meta[key]}, this machine has "
                      f"{mine}; the new records are merged in")
 
-    sigs = trace_signatures(traces)
+    sigs = trace_signatures(traces) if traces else [Signature.from_key(k) for k, _ in db.items()]
+    sigs = [s for s in sigs if _selects(ops, s.op)]
+    if ops and not sigs:
+        raise PhantoraError(f"no signature of {', '.join(ops)} in "
+                            f"{'the traces' if traces else out}")
     run = ProfileRun(out, gpu, signatures=len(sigs))
-    echo(f"profiling {len(sigs)} kernel signature(s) of {len(traces)} trace(s) on "
+    source = f"{len(traces)} trace(s)" if traces else f"{out} itself"
+    echo(f"profiling {len(sigs)} kernel signature(s) of {source} on "
          f"{device_name or 'the given measuring function'} as {gpu} into {out}")
     t0 = time.perf_counter()
     try:
@@ -195,9 +214,12 @@ def profile_traces(traces: Sequence[str | Path], out: str | Path, *, gpu: str | 
 @click.option("--warmup", type=int, default=DEFAULT_WARMUP, show_default=True, help="Untimed runs per signature.")
 @click.option("--iters", type=int, default=DEFAULT_REPEATS, show_default=True,
               help="Timed runs per signature (fewer for kernels over 0.5 s in all, at least 3).")
+@click.option("--op", "ops", multiple=True, metavar="OP",
+              help="Only the signatures of this op (e.g. fsdp.split_with_sizes_copy.default; repeatable). With no "
+                   "trace: the database's own signatures of it (add --force to measure them again).")
 @click.option("--model", default=None, metavar="PRESET",
               help="Profile the signatures of a model preset's workload (not supported yet).")
-def profile_command(traces, out, gpu, force, warmup, iters, model):
+def profile_command(traces, out, gpu, force, warmup, iters, ops, model):
     """Measure every distinct kernel signature of one or more traces on this machine's CUDA GPU into a profile
     database, which `phantora replay --profile` then costs kernels from.
 
@@ -205,6 +227,7 @@ def profile_command(traces, out, gpu, force, warmup, iters, model):
     Examples:
       phantora profile run.h5 --out h100-sxm-80gb.h5
       phantora profile a.h5 b.h5 --out h100-sxm-80gb.h5 --gpu h100-sxm-80gb --iters 50
+      phantora profile --out h100-sxm-80gb.h5 --op fsdp.split_with_sizes_copy --force
     """
     try:
         if model is not None:
@@ -212,7 +235,8 @@ def profile_command(traces, out, gpu, force, warmup, iters, model):
                                 "(phantora run ... --trace run.h5) and profile that trace")
         command = ["phantora", "profile", *traces, "--out", out, "--warmup", str(warmup), "--iters", str(iters)]
         command += (["--gpu", gpu] if gpu else []) + (["--force"] if force else [])
+        command += [a for op in ops for a in ("--op", op)]
         profile_traces(traces, out, gpu=gpu, force=force, warmup=warmup, iters=iters, echo=click.echo,
-                       command=shlex.join(command))
+                       command=shlex.join(command), ops=ops)
     except PhantoraError as e:
         raise click.ClickException(str(e)) from None
