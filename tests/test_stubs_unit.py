@@ -291,3 +291,19 @@ def test_concurrent_builds_are_atomic(tmp_path):
     mtime = files[0].stat().st_mtime_ns
     again = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0 and files[0].stat().st_mtime_ns == mtime      # reused, not rebuilt
+
+
+def test_fake_cuda_library_exports_only_its_c_functions(stub_cache):
+    """The library is loaded RTLD_GLOBAL before torch: a C++ symbol it defined (a standard-library template
+    instantiation) would take the place of libtorch's own copy. Only the phantora_* functions may be exported."""
+    import shutil
+
+    nm = shutil.which("nm")
+    if nm is None:
+        pytest.skip("needs nm (binutils)")
+    lib = next((stub_cache / "phantora").glob("fake_cuda-*.so"))
+    out = subprocess.run([nm, "-D", "--defined-only", str(lib)], capture_output=True, text=True, check=True).stdout
+    names = [line.split()[-1] for line in out.splitlines() if line.strip()]
+    exported = {n for n in names if not n.startswith("_init") and not n.startswith("_fini")}
+    assert exported and all(n.startswith("phantora_") for n in exported), sorted(exported)[:20]
+    assert {"phantora_force_guard", "phantora_get_stream", "phantora_set_stream"} <= exported

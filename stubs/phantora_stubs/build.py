@@ -83,10 +83,20 @@ def find_compiler() -> str:
         "(looked for $CXX, g++, c++, clang++). Install one (e.g. `apt-get install g++`) or set CXX.")
 
 
+# Only the library's C functions are exported. Loaded RTLD_GLOBAL before torch, any other symbol it defined (the
+# C++ standard library's template instantiations: ostream insertion, codecvt, hash tables of c10's registries)
+# would interpose on the copies libtorch was built with: a CUDA build of torch 2.11 crashed printing an operator
+# schema at import. Hidden visibility, and a version script for the instantiations whose template arguments
+# carry torch's default visibility.
+VISIBILITY = ("-fvisibility=hidden", "-fvisibility-inlines-hidden", "-Wl,--exclude-libs,ALL")
+VERSION_SCRIPT = "{ global: phantora_*; local: *; };\n"
+
+
 def library_path(torch: TorchInstall) -> Path:
     abi = _cxx11_abi(torch.lib_dir)
     key = hashlib.sha256()
-    for part in (torch.version, str(torch.root), f"abi{abi}", SOURCE.read_bytes().hex()):
+    for part in (torch.version, str(torch.root), f"abi{abi}", " ".join(VISIBILITY), VERSION_SCRIPT,
+                 SOURCE.read_bytes().hex()):
         key.update(part.encode())
         key.update(b"\0")
     return cache_dir() / f"fake_cuda-{torch.version.replace('+', '_')}-{key.hexdigest()[:16]}.so"
@@ -99,7 +109,11 @@ def build(torch: TorchInstall, target: Path) -> Path:
     abi = _cxx11_abi(torch.lib_dir)
     fd, tmp = tempfile.mkstemp(prefix=target.stem + ".", suffix=".tmp.so", dir=target.parent)
     os.close(fd)
-    cmd = [cxx, "-O2", "-shared", "-fPIC", "-std=c++17", f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
+    fd, script = tempfile.mkstemp(prefix=target.stem + ".", suffix=".map", dir=target.parent)
+    with os.fdopen(fd, "w") as f:
+        f.write(VERSION_SCRIPT)
+    cmd = [cxx, "-O2", "-shared", "-fPIC", "-std=c++17", *VISIBILITY, f"-Wl,--version-script={script}",
+           f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
            "-I", str(torch.include_dir), "-I", str(torch.include_dir / "torch" / "csrc" / "api" / "include"),
            str(SOURCE), "-L", str(torch.lib_dir), "-lc10", "-ltorch_cpu", f"-Wl,-rpath,{torch.lib_dir}",
            "-o", tmp]
@@ -111,8 +125,9 @@ def build(torch: TorchInstall, target: Path) -> Path:
                 f"{proc.stderr[-4000:]}")
         os.replace(tmp, target)
     finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        for path in (tmp, script):
+            if os.path.exists(path):
+                os.unlink(path)
     return target
 
 

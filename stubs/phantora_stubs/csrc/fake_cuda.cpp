@@ -176,28 +176,31 @@ Installer g_installer;
 
 }  // namespace
 
+// The library is built with hidden visibility (build.py): these are its only exported symbols.
+#define PHANTORA_API __attribute__((visibility("default")))
+
 extern "C" {
 
 // 1 if this library's guard is the registered CUDA guard (0: a CUDA build's real guard is in place).
-int phantora_guard_installed() { return g_guard_installed ? 1 : 0; }
+PHANTORA_API int phantora_guard_installed() { return g_guard_installed ? 1 : 0; }
 
 // Replace whatever CUDA guard is registered (a CUDA build's real one) with this library's no-op guard, so that
 // device guards never touch a real GPU and accept every simulated device index. Returns 1.
-int phantora_force_guard() {
+PHANTORA_API int phantora_force_guard() {
   c10::impl::registerDeviceGuard(c10::DeviceType::CUDA, guard_impl());
   g_guard_installed = true;
   return 1;
 }
-int phantora_hooks_installed() { return g_hooks_installed ? 1 : 0; }
-int phantora_device_count() { return device_count(); }
-int phantora_get_device() { return t_device; }
-void phantora_set_device(int d) {
+PHANTORA_API int phantora_hooks_installed() { return g_hooks_installed ? 1 : 0; }
+PHANTORA_API int phantora_device_count() { return device_count(); }
+PHANTORA_API int phantora_get_device() { return t_device; }
+PHANTORA_API void phantora_set_device(int d) {
   if (d >= 0 && d < kMaxDevices) t_device = static_cast<c10::DeviceIndex>(d);
 }
-long long phantora_get_stream(int d) { return (d >= 0 && d < kMaxDevices) ? t_stream[d] : 0; }
-void phantora_set_stream(int d, long long id) {
+PHANTORA_API long long phantora_get_stream(int d) { return (d >= 0 && d < kMaxDevices) ? t_stream[d] : 0; }
+PHANTORA_API void phantora_set_stream(int d, long long id) {
   if (d >= 0 && d < kMaxDevices) t_stream[d] = id;
 }
-long long phantora_new_stream_id() { return g_next_stream.fetch_add(1); }
+PHANTORA_API long long phantora_new_stream_id() { return g_next_stream.fetch_add(1); }
 
 }  // extern "C"
