@@ -214,3 +214,55 @@ def test_step_measurement_is_steady(data):
     assert step["power_w"] <= data["info"]["power_limit_w"]
     assert "sw_power_cap" in step["throttle"]
     assert statistics.fmean([step["power_w"], step["power_sampled_w"]]) == pytest.approx(step["power_w"], rel=0.02)
+
+
+def _step_trace(path, kernels, marks):
+    """A one-rank trace of kernels given as (signature key, start, end), with iteration marks."""
+    from phantora.engine.ops import OpKind
+    from phantora.trace import schema as S
+    from phantora.trace.writer import TraceWriter
+
+    rows = S.empty_ops(len(kernels))
+    with TraceWriter(path, {"ranks": [0]}) as w:
+        for i, (key, start, end) in enumerate(kernels):
+            rows[i]["kind"] = int(OpKind.KERNEL)
+            rows[i]["sig"] = w.add_signature(key)
+            rows[i]["issue"] = rows[i]["start"] = start
+            rows[i]["end"] = end
+        w.append_ops(0, rows)
+        for t in marks:
+            w.mark_iteration(0, t)
+    return path
+
+
+def test_step_compute_share_classifies_kernels_by_the_roofline(tmp_path):
+    """The share the [power] table needs, read from a trace: an 8192^3 GEMM (arithmetic intensity ~2,700 FLOP/B,
+    far above the H100's ~300) counts as compute-bound, an element-wise add (1/6 FLOP/B) as memory-bound, each with
+    its recorded time; kernels outside the whole iterations do not count."""
+    from phantora.costmodel.powerprobe import step_compute_share
+
+    gemm = Signature("aten.mm.default", ((8192, 8192), (8192, 8192)), ("bfloat16",) * 2, ((8192, 1),) * 2).key()
+    add = Signature("aten.add.Tensor", ((1 << 28,), (1 << 28,)), ("bfloat16",) * 2, ((1,), (1,))).key()
+    kernels = [(add, 0.0, 5.0),                           # before the first mark: not counted
+               (gemm, 10.0, 13.0), (add, 13.0, 14.0), (gemm, 14.0, 16.0), (add, 16.0, 20.0)]
+    trace = _step_trace(tmp_path / "step.h5", kernels, marks=[10.0, 20.0])
+    assert step_compute_share(trace, "h100-sxm-80gb") == pytest.approx(5.0 / 10.0)
+
+
+def test_h100_power_table_is_reproduced_from_a_simulated_step(tmp_path):
+    """The preset's step_compute_share (0.70) came from Phantora's trace of the probe's step command; the tool
+    recomputes it from a fresh simulation of that command (representative ranks, one GPU)."""
+    import subprocess
+    import sys
+
+    from phantora.costmodel.powerprobe import step_compute_share
+    from phantora.paths import project_root
+
+    trace = tmp_path / "step.h5"
+    cmd = [sys.executable, "-m", "phantora.cli", "run", "--cluster", "h100-hgx", "--nodes", "1", "--gpus-per-node",
+           "1", "--trace", str(trace), "--", sys.executable, "presets/workloads/llama.py", "--model", "llama3-8b",
+           "--layers", "8", "--seq", "8192", "--batch", "2", "--ac", "selective", "--steps", "2"]
+    done = subprocess.run(cmd, cwd=project_root(), capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    share = step_compute_share(trace, "h100-sxm-80gb")
+    assert share == pytest.approx(load_gpu("h100-sxm-80gb").power.step_compute_share, abs=0.02)

@@ -7,6 +7,10 @@ single-thread kernel (the GPU awake and doing nothing), HBM-bound copies and add
 toggle more or fewer bits (random, ±1, half zeros, zeros: the same work at different power), and flash and cuDNN
 attention. With `--step-cmd`, a whole training command is run as well and sampled over its steady part.
 
+`python -m phantora.costmodel.powerprobe --table DIR/power.json --trace STEP.h5 --gpu PRESET` prints the GPU preset's
+`[power]` table: STEP.h5 is Phantora's trace of the same step command (`phantora run --nodes 1 --gpus-per-node 1
+--trace STEP.h5 -- <step command>`), which gives the step's compute-bound share of kernel time.
+
 The results (DIR/power.json) feed the GPU preset's `[power]` table that phantora.costmodel.power reads. Changes
 nothing on the GPU: the power limit and clocks are read, never set.
 """
@@ -24,6 +28,8 @@ import sys
 import threading
 import time
 from pathlib import Path
+
+from ..errors import PhantoraError
 
 NVML_CLOCK_SM = 1
 NVML_CLOCK_MEM = 2
@@ -338,9 +344,54 @@ def power_table(data: dict, step_compute_share: float) -> dict:
 GEMM_CLOCK_PROBES = ("gemm8192_random", "gemm8192_half", "gemm8192_sign", "gemm8192_zeros")
 
 
+def step_compute_share(trace: str | Path, gpu: str) -> float:
+    """The share of a step's kernel time spent in compute-bound kernels, from Phantora's trace of the step command
+    the power probe ran: each kernel classified by the roofline of `gpu` (compute time at peak above memory time),
+    its recorded duration summed, over the whole iterations of every simulated rank."""
+    from ..gpus import load_gpu
+    from ..trace.reader import TraceReader
+    from .families import work
+    from .roofline import RooflineModel
+    from .signature import Signature
+
+    roofline = RooflineModel(load_gpu(gpu))
+    spec = roofline.gpu
+    compute = total = 0.0
+    with TraceReader(trace) as reader:
+        keys = reader.signatures
+        bound: dict[int, bool] = {}
+        for rank in reader.ranks:
+            ops = reader.ops(rank)
+            marks = reader.iterations(rank, ops)
+            if len(marks) < 2:
+                raise PhantoraError(f"{trace}: rank {rank} has fewer than two iteration marks: no whole step")
+            k = ops[(ops["kind"] == 0) & (ops["start"] >= marks[0]) & (ops["end"] <= marks[-1])]
+            for sig, flops, nbytes, d in zip(k["sig"], k["flops"], k["nbytes"], k["end"] - k["start"]):
+                sig = int(sig)
+                if sig not in bound:
+                    if sig >= 0:
+                        bound[sig] = roofline.bound(work(Signature.from_key(keys[sig]))) == "compute"
+                    else:                                   # no signature: the recorded work, at the bf16 peak
+                        bound[sig] = flops / spec.peak_flops("bf16") > nbytes / spec.hbm_bytes_per_s
+                total += d
+                compute += d if bound[sig] else 0.0
+    if total <= 0:
+        raise PhantoraError(f"{trace}: no kernel time inside the iterations")
+    return compute / total
+
+
+def table_toml(table: dict) -> str:
+    return "[power]\n" + "".join(f"{k} = {v}\n" for k, v in table.items())
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--out", required=True, help="directory for power.json")
+    p.add_argument("--out", help="directory for power.json (the probes)")
+    p.add_argument("--table", metavar="POWER_JSON", help="print the GPU preset's [power] table of a power.json "
+                   "instead of probing; needs --trace and --gpu")
+    p.add_argument("--trace", help="with --table: Phantora's trace of the probe's --step-cmd, for the step's "
+                   "compute-bound share")
+    p.add_argument("--gpu", help="with --table: the GPU preset whose roofline classifies the trace's kernels")
     p.add_argument("--seconds", type=float, default=3.0, help="measured seconds per probe (after 1 s settling)")
     p.add_argument("--only", default=None, help="comma-separated probe names")
     p.add_argument("--duty", default=None, metavar="G:US,...",
@@ -348,6 +399,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--step-cmd", default=None, help="a training command to sample as a whole")
     p.add_argument("--step-skip-s", type=float, default=20.0, help="seconds of the step command not sampled")
     args = p.parse_args(argv)
+    if args.table:
+        if not (args.trace and args.gpu):
+            p.error("--table needs --trace (the simulated step command) and --gpu")
+        data = json.loads(Path(args.table).read_text())
+        print(table_toml(power_table(data, step_compute_share(args.trace, args.gpu))), end="")
+        return 0
+    if not args.out:
+        p.error("--out is required to probe")
     import torch
 
     nvml = NVML(0)
