@@ -249,20 +249,23 @@ def test_step_compute_share_classifies_kernels_by_the_roofline(tmp_path):
     assert step_compute_share(trace, "h100-sxm-80gb") == pytest.approx(5.0 / 10.0)
 
 
-def test_h100_power_table_is_reproduced_from_a_simulated_step(tmp_path):
+def test_h100_power_table_is_reproduced_from_a_simulated_step(tmp_path, capsys):
     """The preset's step_compute_share (0.70) came from Phantora's trace of the probe's step command; the tool
-    recomputes it from a fresh simulation of that command (representative ranks, one GPU)."""
-    import subprocess
-    import sys
+    recomputes it from a fresh simulation of that command (one GPU), and `--table` prints the preset's whole table
+    as TOML that reads back."""
+    import tomllib
 
-    from phantora.costmodel.powerprobe import step_compute_share
-    from phantora.paths import project_root
+    from phantora.costmodel.powerprobe import main, step_compute_share
+    from test_live_run import DETERMINISTIC, phantora_run
 
     trace = tmp_path / "step.h5"
-    cmd = [sys.executable, "-m", "phantora.cli", "run", "--cluster", "h100-hgx", "--nodes", "1", "--gpus-per-node",
-           "1", "--trace", str(trace), "--", sys.executable, "presets/workloads/llama.py", "--model", "llama3-8b",
-           "--layers", "8", "--seq", "8192", "--batch", "2", "--ac", "selective", "--steps", "2"]
-    done = subprocess.run(cmd, cwd=project_root(), capture_output=True, text=True, timeout=600)
+    done = phantora_run("--cluster", "h100-hgx", "--nodes", "1", "--gpus-per-node", "1", *DETERMINISTIC,
+                        "--trace", str(trace), "--", "python", "presets/workloads/llama.py", "--model", "llama3-8b",
+                        "--layers", "8", "--seq", "8192", "--batch", "2", "--ac", "selective", "--steps", "2",
+                        timeout=600)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    share = step_compute_share(trace, "h100-sxm-80gb")
-    assert share == pytest.approx(load_gpu("h100-sxm-80gb").power.step_compute_share, abs=0.02)
+    h100 = load_gpu("h100-sxm-80gb")
+    assert step_compute_share(trace, "h100-sxm-80gb") == pytest.approx(h100.power.step_compute_share, abs=0.02)
+    assert main(["--table", str(MEASURED), "--trace", str(trace), "--gpu", "h100-sxm-80gb"]) == 0
+    printed = tomllib.loads(capsys.readouterr().out)["power"]
+    assert printed == pytest.approx(to_table(h100.power), abs=0.02)

@@ -377,11 +377,7 @@ def step_compute_share(trace: str | Path, gpu: str) -> float:
                 compute += d if bound[sig] else 0.0
     if total <= 0:
         raise PhantoraError(f"{trace}: no kernel time inside the iterations")
-    return compute / total
-
-
-def table_toml(table: dict) -> str:
-    return "[power]\n" + "".join(f"{k} = {v}\n" for k, v in table.items())
+    return float(compute / total)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -402,8 +398,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.table:
         if not (args.trace and args.gpu):
             p.error("--table needs --trace (the simulated step command) and --gpu")
+        from ..groundtruth.tomlwrite import dumps
+
         data = json.loads(Path(args.table).read_text())
-        print(table_toml(power_table(data, step_compute_share(args.trace, args.gpu))), end="")
+        print(dumps({"power": power_table(data, step_compute_share(args.trace, args.gpu))}), end="")
         return 0
     if not args.out:
         p.error("--out is required to probe")

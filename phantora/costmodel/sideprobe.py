@@ -96,7 +96,6 @@ def measure_load(nvml: NVML, sampler: Sampler, torch, load: SideLoad | None, per
     # FSDP2 puts its collectives on high-priority streams: their CTAs take the SMs GEMM CTAs leave first
     gemm_stream, side_stream = torch.cuda.Stream(), torch.cuda.Stream(priority=-1)
     ev = lambda: torch.cuda.Event(enable_timing=True)   # noqa: E731
-    clock_hz = nvml.max_clock_mhz() * 1e6
     # settle: the power controller reaches its steady clock for this load
     t_end = time.perf_counter() + 1.0
     while time.perf_counter() < t_end:
@@ -145,7 +144,8 @@ def measure_load(nvml: NVML, sampler: Sampler, torch, load: SideLoad | None, per
                 torch.mm(a, b, out=c)
                 e.record()
                 gemms.append((s, e))
-            if side_done.is_set() if side is not None else time.perf_counter() >= t_stop:
+            over = side_done.is_set() if side is not None else time.perf_counter() >= t_stop
+            if over:
                 break
     t1, e1 = time.perf_counter(), nvml.energy_mj()
     torch.cuda.synchronize()
