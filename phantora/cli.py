@@ -1,8 +1,10 @@
 """The `phantora` command line (click). Each sub-command lives in the module that does its work; this file wires
-them together and turns PhantoraError into a one-line message and exit status 1 (bad options: 2, as click gives)."""
+them together and turns PhantoraError into a one-line message and exit status 1 (bad options: 2, as click gives;
+`replay` and `sweep`: 3 when the replayed run runs out of device memory)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -42,7 +44,8 @@ def net() -> None:
                                  "send_recv", "all"]), help="Collective(s) to time; repeatable; 'all' for every one.")
 @click.option("--min-bytes", "-b", default="8", show_default=True, help="Smallest size (accepts K, M, G suffixes).")
 @click.option("--max-bytes", "-e", default="8G", show_default=True, help="Largest size.")
-@click.option("--step-factor", "-f", default=2, show_default=True, help="Multiply the size by this between rows.")
+@click.option("--step-factor", "-f", default=2, show_default=True,
+              help="Multiply the size by this between rows (a whole number >= 2).")
 @click.option("--algo", type=click.Choice(["ring", "tree"]), default=None, help="Force an algorithm (NCCL_ALGO).")
 @click.option("--proto", type=click.Choice(["LL", "LL128", "Simple"]), default=None, help="Force a protocol.")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a cluster field, e.g. net.inter_node_gbps=200.")
@@ -56,29 +59,56 @@ def net_bench(cluster, nodes, gpus_per_node, ops, min_bytes, max_bytes, step_fac
       phantora net bench --cluster h100-hgx --nodes 2 --op all_reduce --op all_gather
     """
     from .cluster import load_cluster
-    from .net.bench import OPS, bench, format_table, rows_as_dicts, sizes
+    from .net.bench import OPS, RowProgress, bench, format_table, rows_as_dicts
     from .net.network import Network
 
+    size_list = _bench_sizes(min_bytes, max_bytes, step_factor)
     spec = load_cluster(cluster, nodes=nodes, gpus_per_node=gpus_per_node, overrides=overrides)
     if algo or proto:
         spec.nccl.algorithms = [algo] if algo else spec.nccl.algorithms
         spec.nccl.protocols = [proto] if proto else spec.nccl.protocols
     network = Network(spec)
-    size_list = sizes(parse_size(min_bytes), parse_size(max_bytes), step_factor)
     op_list = list(OPS) if "all" in ops else list(dict.fromkeys(ops))
+    progress = RowProgress(len(size_list) * len(op_list), ranks=spec.world_size)   # stderr, for long work only
     out = []
     for op in op_list:
-        rows = bench(spec, op, size_list, network=network)
+        rows = bench(spec, op, size_list, network=network, progress=lambda done, total, op=op: progress.row(op))
         if as_json:
             out += rows_as_dicts(rows)
         else:
             click.echo(format_table(spec, op, rows, 2 if op == "send_recv" else spec.world_size))
+    progress.finish()
     if as_json:
         click.echo(json.dumps(out, indent=1))
 
 
+def _bench_sizes(min_bytes: str, max_bytes: str, step_factor: int) -> list[int]:
+    """The sizes of `net bench -b/-e/-f`, each option checked on its own and named in the error."""
+    lo = _size_option(min_bytes, "'--min-bytes' / '-b'")
+    hi = _size_option(max_bytes, "'--max-bytes' / '-e'")
+    if step_factor < 2:
+        raise click.BadParameter(f"must be a whole number >= 2 (the size is multiplied by it between rows), got "
+                                 f"{step_factor}", param_hint="'--step-factor' / '-f'")
+    if hi < lo:
+        raise click.BadParameter(f"{max_bytes} ({hi} B) is below --min-bytes {min_bytes} ({lo} B): the table would "
+                                 f"have no row", param_hint="'--max-bytes' / '-e'")
+    from .net.bench import sizes
+    return sizes(lo, hi, step_factor)
+
+
+def _size_option(text: str, hint: str) -> int:
+    try:
+        value = parse_size(text)
+    except PhantoraError as exc:
+        raise click.BadParameter(str(exc), param_hint=hint) from None
+    if value < 1:
+        raise click.BadParameter(f"must be at least 1 byte, got {text}", param_hint=hint)
+    return value
+
+
 def parse_size(text: str) -> int:
-    text = str(text).strip().upper().removesuffix("B")
+    given = str(text).strip()
+    text = given.upper().removesuffix("B")
     mult = 1
     for suffix, m in (("K", 2**10), ("M", 2**20), ("G", 2**30), ("T", 2**40)):
         if text.endswith(suffix):
@@ -86,8 +116,8 @@ def parse_size(text: str) -> int:
             break
     try:
         return int(float(text) * mult)
-    except ValueError:
-        raise PhantoraError(f"not a size: {text!r} (examples: 8, 64K, 1M, 8G)") from None
+    except (ValueError, OverflowError):       # OverflowError: inf
+        raise PhantoraError(f"not a size: {given!r} (examples: 8, 64K, 1M, 8G)") from None
 
 
 # -------------------------------------------------------------------------------------------------------- presets
@@ -159,17 +189,53 @@ def _replay_options(fn):
         click.option("--alloc-conf", default=None, metavar="CONF",
                      help="Caching allocator settings to model, as PYTORCH_CUDA_ALLOC_CONF "
                           "(e.g. expandable_segments:True; default: the live run's)."),
+        click.option("--allow-incomplete", is_flag=True,
+                     help="Replay the trace of a run that failed or was killed (refused otherwise: it holds only "
+                          "what the run did before it stopped)."),
     ]
     for o in reversed(opts):
         fn = o(fn)
     return fn
 
 
+EXIT_OUT_OF_MEMORY = 3
+"""Exit status of `phantora replay` / `phantora sweep` when a replayed run runs out of device memory."""
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.2f} GiB"
+
+
+def _oom_lines(r, indent: str = "  ") -> list[str]:
+    """What the allocator model's OOMs of a replay say: one line per rank (its first failed allocation)."""
+    if not r.ooms:
+        return []
+    first: dict[int, dict] = {}
+    for o in r.ooms:
+        first.setdefault(o["rank"], o)
+    ranks = sorted(first)
+    lines = [f"{indent}OUT OF MEMORY: the replayed run does not fit in device memory ({len(r.ooms)} failed "
+             f"allocation(s) on rank(s) {', '.join(map(str, ranks[:16]))}{' ...' if len(ranks) > 16 else ''})"]
+    for rank in ranks[:4]:
+        o = first[rank]
+        if "requested_bytes" in o and "capacity_bytes" in o:
+            lines.append(f"{indent}  rank {rank} at op {o['op']}: asked for {_gib(o['requested_bytes'])} with "
+                         f"{_gib(o['allocated_bytes'])} allocated and {_gib(o['reserved_bytes'])} reserved, of "
+                         f"{_gib(o['capacity_bytes'])} device memory")
+        else:
+            lines.append(f"{indent}  rank {rank} at op {o['op']}: {o['message']}")
+    return lines
+
+
 def _fmt_result(r) -> str:
     lines = [f"replay on {r.cluster} ({r.world_size} x {r.gpu}): {r.n_ops} ops in {r.wall_s:.2f} s "
              f"({r.ops_per_s:,.0f} ops/s)"]
+    if r.recorded_problem:
+        lines.append(f"  replayed with --allow-incomplete: {r.recorded_problem}")
+    lines += _oom_lines(r)
     if r.iterations_s:
-        lines.append(f"  iteration time (median of {len(r.iterations_s)}): {r.iteration_s * 1e3:.3f} ms "
+        unreal = "; not reachable: the run stops at its first OOM" if r.ooms else ""
+        lines.append(f"  iteration time (median of {len(r.iterations_s)}{unreal}): {r.iteration_s * 1e3:.3f} ms "
                      f"(recorded: {r.recorded_iteration_s * 1e3:.3f} ms)")
         lines.append("  per iteration (ms): " + ", ".join(f"{t * 1e3:.3f}" for t in r.iterations_s))
     else:
@@ -178,29 +244,43 @@ def _fmt_result(r) -> str:
         lines.append(f"  tokens/s/GPU: {r.tokens_per_s_per_gpu:,.0f}")
     if r.mfu is not None:
         lines.append(f"  MFU: {r.mfu * 100:.1f}% (of {r.peak_flops / 1e12:.0f} TFLOP/s bf16)")
+    basis = r.summary.get("time_basis")
+    per = {"per iteration": " per iteration", "whole trace": " over the whole trace (no iterations)"}.get(basis, "")
     for k, label in (("compute_s", "compute"), ("communication_s", "communication"),
                      ("exposed_communication_s", "exposed communication")):
         if k in r.summary:
-            lines.append(f"  {label}: {r.summary[k] * 1e3:.3f} ms per rank")
+            lines.append(f"  {label}{per}: {r.summary[k] * 1e3:.3f} ms (mean of the simulated ranks)")
     if r.peak_reserved_bytes:
         gib = 2**30
+        failed = " (failed allocations not counted)" if r.ooms else ""
         lines.append(f"  peak memory: {max(r.peak_reserved_bytes.values()) / gib:.2f} GiB reserved, "
-                     f"{max(r.peak_allocated_bytes.values()) / gib:.2f} GiB allocated "
+                     f"{max(r.peak_allocated_bytes.values()) / gib:.2f} GiB allocated{failed} "
                      f"(allocator: {r.allocator or 'PyTorch defaults'})")
-    for o in r.ooms[:3]:
-        lines.append(f"  OOM on rank {o['rank']} at op {o['op']}: {o['message']}")
     return "\n".join(lines)
 
 
+@contextlib.contextmanager
+def _read_errors(trace: str):
+    """A context in which an unexpected read failure of `trace` (h5py's OSError) is a one-line error naming it."""
+    try:
+        yield
+    except OSError as e:
+        raise PhantoraError(f"{trace}: cannot read the trace: {e}") from None
+
+
 @main.command("replay")
-@click.argument("trace", type=click.Path(exists=True, dir_okay=False))
+@click.argument("trace", type=click.Path(dir_okay=False))
 @_replay_options
 @click.option("--out", default=None, type=click.Path(dir_okay=False), help="Write the replayed timeline as a new trace.")
+@click.option("--overwrite", is_flag=True, help="Let --out replace an existing file (refused otherwise).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @user_errors
-def replay_cmd(trace, cluster, nodes, gpus_per_node, gpu, profile, recost, overrides, algo, proto, alloc_conf, out,
-               as_json):
+def replay_cmd(trace, cluster, nodes, gpus_per_node, gpu, profile, recost, overrides, algo, proto, alloc_conf,
+               allow_incomplete, out, overwrite, as_json):
     """Re-simulate a trace under another cluster, GPU or collective algorithm.
+
+    Exit status: 0 on success; 1 for an error (including the trace of a failed or killed run, unless
+    --allow-incomplete); 3 when the replayed run runs out of device memory (the result is printed first).
 
     \b
     Examples:
@@ -210,24 +290,35 @@ def replay_cmd(trace, cluster, nodes, gpus_per_node, gpu, profile, recost, overr
     """
     from .replay import replay
 
-    r = replay(trace, cluster=cluster, nodes=nodes, gpus_per_node=gpus_per_node, gpu=gpu, profile=profile,
-               overrides=tuple(overrides), out=out, algo=algo, proto=proto, recost=recost, alloc_conf=alloc_conf)
+    with _read_errors(trace):
+        r = replay(trace, cluster=cluster, nodes=nodes, gpus_per_node=gpus_per_node, gpu=gpu, profile=profile,
+                   overrides=tuple(overrides), out=out, algo=algo, proto=proto, recost=recost, alloc_conf=alloc_conf,
+                   allow_incomplete=allow_incomplete, overwrite=overwrite)
+    if r.recorded_problem:
+        click.echo(f"warning: {r.recorded_problem}", err=True)
     if as_json:
         click.echo(json.dumps(r.as_dict(), indent=1))
     else:
         click.echo(_fmt_result(r))
+    if r.out_of_memory:
+        ranks = sorted({o["rank"] for o in r.ooms})
+        click.echo(f"Error: the replayed run is out of device memory on rank(s) {', '.join(map(str, ranks[:16]))} "
+                   f"(exit status {EXIT_OUT_OF_MEMORY})", err=True)
+        sys.exit(EXIT_OUT_OF_MEMORY)
 
 
 @main.command("sweep")
-@click.argument("trace", type=click.Path(exists=True, dir_okay=False))
+@click.argument("trace", type=click.Path(dir_okay=False))
 @click.option("--vary", "vary", required=True, metavar="KEY=V1,V2,...", help="Cluster field and the values to try.")
 @_replay_options
 @click.option("--plot", default=None, type=click.Path(dir_okay=False), help="Write a PNG plot of the results.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 @user_errors
 def sweep_cmd(trace, vary, cluster, nodes, gpus_per_node, gpu, profile, recost, overrides, algo, proto, alloc_conf,
-              plot, as_json):
+              allow_incomplete, plot, as_json):
     """Replay a trace once per value of one cluster field and compare iteration times.
+
+    Exit status as for replay: 3 when the replayed run is out of device memory for some value (marked OOM).
 
     \b
     Example:
@@ -242,17 +333,26 @@ def sweep_cmd(trace, vary, cluster, nodes, gpus_per_node, gpu, profile, recost, 
     results = []
     for i, v in enumerate(vals):
         click.echo(f"[{i + 1}/{len(vals)}] {key}={v}", err=True)
-        r = replay(trace, cluster=cluster, nodes=nodes, gpus_per_node=gpus_per_node, gpu=gpu, profile=profile,
-                   overrides=tuple(overrides) + (f"{key}={v}",), algo=algo, proto=proto, recost=recost,
-                   alloc_conf=alloc_conf)
+        with _read_errors(trace):
+            r = replay(trace, cluster=cluster, nodes=nodes, gpus_per_node=gpus_per_node, gpu=gpu, profile=profile,
+                       overrides=tuple(overrides) + (f"{key}={v}",), algo=algo, proto=proto, recost=recost,
+                       alloc_conf=alloc_conf, allow_incomplete=allow_incomplete)
+        if i == 0 and r.recorded_problem:
+            click.echo(f"warning: {r.recorded_problem}", err=True)
         results.append((v, r))
     if as_json:
         click.echo(json.dumps([{"value": v, **r.as_dict()} for v, r in results], indent=1))
     else:
-        click.echo(f"{key:>24} {'iteration (ms)':>15} {'tokens/s/GPU':>13}")
+        click.echo(f"{key:>24} {'iteration (ms)':>15} {'tokens/s/GPU':>13}  memory")
         for v, r in results:
             tps = f"{r.tokens_per_s_per_gpu:,.0f}" if r.tokens_per_s_per_gpu else "-"
-            click.echo(f"{v:>24} {r.iteration_s * 1e3:>15.3f} {tps:>13}")
+            mem = "fits"
+            if r.out_of_memory:
+                o = r.ooms[0]
+                mem = (f"OUT OF MEMORY (rank {o['rank']}: asked {_gib(o['requested_bytes'])} of "
+                       f"{_gib(o['capacity_bytes'])})" if "capacity_bytes" in o else f"OUT OF MEMORY (rank {o['rank']})")
+            click.echo(f"{v:>24} {r.iteration_s * 1e3:>15.3f} {tps:>13}  {mem}")
+    oom_values = [v for v, r in results if r.out_of_memory]
     if plot:
         try:
             import matplotlib
@@ -271,10 +371,14 @@ def sweep_cmd(trace, vary, cluster, nodes, gpus_per_node, gpu, profile, recost, 
         fig.tight_layout()
         fig.savefig(plot, dpi=120)
         click.echo(f"plot written to {plot}", err=True)
+    if oom_values:
+        click.echo(f"Error: the replayed run is out of device memory with {key} = {', '.join(oom_values)} "
+                   f"(exit status {EXIT_OUT_OF_MEMORY})", err=True)
+        sys.exit(EXIT_OUT_OF_MEMORY)
 
 
 @main.command("inspect")
-@click.argument("trace", type=click.Path(exists=True, dir_okay=False))
+@click.argument("trace", type=click.Path(dir_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @user_errors
 def inspect_cmd(trace, as_json):
@@ -287,7 +391,7 @@ def inspect_cmd(trace, as_json):
     from .trace.reader import TraceReader
     from .trace.summary import format_summary, summarize
 
-    with TraceReader(trace) as rd:
+    with _read_errors(trace), TraceReader(trace) as rd:
         s = summarize(rd)
         if rd.warning:
             click.echo(f"warning: {rd.warning}", err=True)
@@ -295,12 +399,16 @@ def inspect_cmd(trace, as_json):
 
 
 @main.command("export")
-@click.argument("trace", type=click.Path(exists=True, dir_okay=False))
+@click.argument("trace", type=click.Path(dir_okay=False))
 @click.option("--perfetto", "out", required=True, type=click.Path(dir_okay=False),
               help="Chrome/Perfetto trace-event JSON to write (open it in ui.perfetto.dev or chrome://tracing).")
+@click.option("--overwrite", is_flag=True, help="Replace the --perfetto file if it exists (refused otherwise).")
 @user_errors
-def export_cmd(trace, out):
+def export_cmd(trace, out, overwrite):
     """Export a trace as a Perfetto / Chrome timeline (one process per rank, one track per stream).
+
+    The JSON is written under a temporary name and renamed to its own only when complete: a failed export leaves
+    no file and an existing one as it was.
 
     \b
     Example:
@@ -308,9 +416,13 @@ def export_cmd(trace, out):
     """
     from .trace.perfetto import export_perfetto
     from .trace.reader import TraceReader
+    from .trace.writer import refuse_existing
 
-    with TraceReader(trace) as rd:
-        export_perfetto(rd, out)
+    refuse_existing(out, overwrite, "Perfetto JSON file")     # before reading a large trace
+    with _read_errors(trace), TraceReader(trace) as rd:
+        if rd.warning:
+            click.echo(f"warning: {rd.warning}", err=True)
+        export_perfetto(rd, out, overwrite=overwrite)
     click.echo(f"wrote {out}")
 
 

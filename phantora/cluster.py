@@ -17,7 +17,7 @@ from .errors import PresetError
 from .gpus import GPUSpec, load_gpu
 from .paths import presets_dir
 from .software import SDPA_BACKENDS, parse_release
-from .tomlconf import build, read_toml, to_table
+from .tomlconf import build, check_number, read_toml, to_table
 
 INTRA_KINDS = ("nvswitch", "nvlink-mesh", "pcie")
 NET_TOPOLOGIES = ("rail-leaf-spine", "leaf-spine", "single-switch")
@@ -38,8 +38,10 @@ class IntraSpec:
             raise PresetError(f"'{self.kind}' is not one of {', '.join(INTRA_KINDS)}", key="intra.kind")
         if self.kind != "pcie" and self.nvlink_links_per_gpu <= 0:
             raise PresetError(f"an {self.kind} node needs nvlink_links_per_gpu > 0", key="intra.nvlink_links_per_gpu")
-        if self.nvlink_link_gbyte_per_s <= 0 or self.pcie_gbyte_per_s <= 0:
-            raise PresetError("bandwidths must be positive", key="intra")
+        check_number(self.nvlink_links_per_gpu, "intra.nvlink_links_per_gpu", nonnegative=True)
+        check_number(self.nvlink_link_gbyte_per_s, "intra.nvlink_link_gbyte_per_s", positive=True)
+        check_number(self.pcie_gbyte_per_s, "intra.pcie_gbyte_per_s", positive=True)
+        check_number(self.hop_latency_us, "intra.hop_latency_us", nonnegative=True)
 
     @property
     def gpu_nvlink_bytes_per_s(self) -> float:
@@ -63,10 +65,12 @@ class NetSpec:
             raise PresetError(f"'{self.topology}' is not one of {', '.join(NET_TOPOLOGIES)}", key="net.topology")
         if self.nics_per_node < 0:
             raise PresetError("must be >= 0", key="net.nics_per_node")
-        if self.inter_node_gbps <= 0:
-            raise PresetError("must be positive", key="net.inter_node_gbps")
+        check_number(self.inter_node_gbps, "net.inter_node_gbps", positive=True)
+        check_number(self.nic_efficiency, "net.nic_efficiency")
         if not 0 < self.nic_efficiency <= 1:
             raise PresetError("must be in (0, 1]", key="net.nic_efficiency")
+        check_number(self.oversubscription, "net.oversubscription")
+        check_number(self.hop_latency_us, "net.hop_latency_us", nonnegative=True)
         if self.oversubscription < 1:
             raise PresetError("must be >= 1 (1 is non-blocking)", key="net.oversubscription")
         if self.nodes_per_leaf < 1:
@@ -81,9 +85,18 @@ class NetSpec:
 
 @dataclass
 class HostSpec:
-    """The CPU side of each rank."""
+    """The CPU side of each rank (docs/host-cpu.md)."""
     launch_overhead_us: float = 4.0        # CPU time the runtime spends per kernel launch
-    cpu_time_scale: float = 1.0            # measured framework CPU time is multiplied by this (slower/faster hosts)
+    cpu_time_scale: float = 1.0            # the framework's CPU time between ops is multiplied by this
+    # prices of the modelled host CPU (phantora/hostcpu.py), per unit of work counted between two ops
+    py_call_ns: float = 1258.0             # a Python function call (and the bytecode it runs)
+    c_call_ns: float = 0.0                 # a call of a built-in (C) function
+    dispatch_us: float = 2.6               # an aten op through PyTorch's dispatcher (kernel, view or metadata op)
+
+    def validate(self) -> None:
+        for key in ("launch_overhead_us", "py_call_ns", "c_call_ns", "dispatch_us"):
+            check_number(getattr(self, key), f"host.{key}", nonnegative=True)
+        check_number(self.cpu_time_scale, "host.cpu_time_scale", nonnegative=True)
 
 
 @dataclass
@@ -117,6 +130,7 @@ class NcclSpec:
                 raise PresetError(f"unknown protocol '{p}' (LL, LL128, Simple)", key="nccl.protocols")
         if not self.algorithms or not self.protocols:
             raise PresetError("at least one algorithm and one protocol", key="nccl")
+        check_number(self.channels, "nccl.channels", nonnegative=True)
 
 
 @dataclass
@@ -146,7 +160,9 @@ class ClusterSpec:
             raise PresetError("gpus_per_node and nics_per_node must divide one another", key="net.nics_per_node")
         if self.intra.kind == "nvlink-mesh" and self.gpus_per_node > 8:
             raise PresetError("an NVLink mesh holds at most 8 GPUs", key="gpus_per_node")
+        check_number(self.vram_gib, "vram_gib", nonnegative=True)
         self.software.validate()
+        self.host.validate()
 
     @property
     def world_size(self) -> int:
@@ -187,6 +203,9 @@ def load_cluster(name_or_path: str, *, nodes: int | None = None, gpus_per_node: 
         path = cluster_dir() / f"{name_or_path}.toml"
         if not path.exists():
             raise PresetError(f"unknown cluster preset '{name_or_path}'; known: {', '.join(list_clusters())}")
+    for option, value in (("--nodes", nodes), ("--gpus-per-node", gpus_per_node)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise PresetError(f"must be a whole number >= 1, got {value!r}", file=option)
     table = read_toml(path)
     spec = build(ClusterSpec, table, file=str(path))
     changes: list[str] = list(overrides)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from .errors import PresetError
 from .paths import presets_dir
-from .tomlconf import build, read_toml
+from .tomlconf import build, check_number, read_toml
 
 DTYPES = ("bf16", "fp16", "tf32", "fp32", "fp8")
 
@@ -32,8 +32,8 @@ class PowerSpec:
     def validate(self) -> None:
         for key in ("base_w", "dynamic_exponent", "memory_bound_w", "step_power_w", "step_clock_mhz",
                     "tensor_clock_mhz"):
-            if getattr(self, key) <= 0:
-                raise PresetError("must be positive", key=f"power.{key}")
+            check_number(getattr(self, key), f"power.{key}", positive=True)
+        check_number(self.step_compute_share, "power.step_compute_share")
         if not 0.0 < self.step_compute_share <= 1.0:
             raise PresetError("must be in (0, 1]", key="power.step_compute_share")
         if not self.base_w < self.memory_bound_w < self.step_power_w:
@@ -65,9 +65,13 @@ class GPUSpec:
         if missing:
             raise PresetError(f"peak_tflops lacks {', '.join(missing)} (write 0.0 where the GPU lacks the dtype)",
                               key="peak_tflops")
-        for key in ("sm_count", "memory_gib", "hbm_bandwidth_gbyte_per_s"):
-            if getattr(self, key) <= 0:
-                raise PresetError("must be positive", key=key)
+        for key in ("sm_count", "memory_gib", "hbm_bandwidth_gbyte_per_s", "pcie_gbyte_per_s"):
+            check_number(getattr(self, key), key, positive=True)
+        for key in ("nvlink_links", "nvlink_gbyte_per_s", "l2_cache_mib", "tdp_w", "boost_clock_mhz"):
+            check_number(getattr(self, key), key, nonnegative=True)
+        for dtype, value in self.peak_tflops.items():
+            check_number(value, f"peak_tflops.{dtype}", nonnegative=True)
+        check_number(self.peak_tflops["fp32"], "peak_tflops.fp32", positive=True)   # the fallback of every dtype
         if self.peak_tflops["bf16"] <= 0 and self.peak_tflops["fp16"] <= 0:
             raise PresetError("a GPU needs a bf16 or fp16 peak", key="peak_tflops")
         if self.power is not None and self.tdp_w <= 0:

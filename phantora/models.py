@@ -15,7 +15,7 @@ from pathlib import Path
 
 from .errors import PhantoraError, PresetError
 from .paths import presets_dir
-from .tomlconf import build, read_toml
+from .tomlconf import build, check_number, read_toml
 
 FAMILIES = ("llama2", "llama3", "mixtral", "qwen3-moe", "gpt-oss")
 
@@ -77,8 +77,8 @@ class ModelSpec:
             if getattr(self, key) <= 0:
                 raise PresetError("must be positive", key=key)
         for key in ("rope_theta", "norm_eps"):
-            if getattr(self, key) <= 0:
-                raise PresetError("must be positive", key=key)
+            check_number(getattr(self, key), key, positive=True)
+        check_number(self.ffn_dim_multiplier, "ffn_dim_multiplier", nonnegative=True)
         for key in ("num_experts", "experts_per_token", "moe_ffn_dim", "shared_experts", "head_dim",
                     "sliding_window", "ffn_multiple_of", "ffn_dim_multiplier"):
             if getattr(self, key) < 0:

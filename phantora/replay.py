@@ -4,6 +4,12 @@ Kernels are re-costed from their signatures (the GPU's profile, else a same-arch
 roofline: `costmodel.select.default_cost_model`, as in live runs) when the GPU changes, a profile database is given
 or `recost` is asked for (after the profiles were extended); otherwise their recorded durations are kept, so a replay on the recorded cluster reproduces the recorded timeline exactly.
 Collectives and transfers are always re-simulated on the (possibly new) network.
+
+A trace whose run failed (the writer recorded an error), was never closed (killed) or whose simulation did not
+complete is refused with a TraceError saying what the trace records, unless `allow_incomplete`: its replay would
+time only what the run did before it stopped. A replay that runs out of device memory completes (the allocator
+model records every failed allocation in `ReplayResult.ooms`, with the bytes asked for and the capacity); callers
+must report it (`phantora replay` exits with status 3). A failed replay leaves no output trace behind.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from .engine.ops import OpKind
 from .engine.recorder import Recorder
 from .errors import PhantoraError, TraceError
 from .gcpause import gc_paused
+from .hostcpu import HostCosts
 from .trace.deps import check_dependencies
 
 
@@ -46,6 +53,12 @@ class ReplayResult:
     peak_reserved_bytes: dict = field(default_factory=dict)     # per simulated rank: the allocator model's peaks
     peak_allocated_bytes: dict = field(default_factory=dict)
     allocator: str = ""                                          # PYTORCH_CUDA_ALLOC_CONF the replay modelled
+    recorded_problem: str | None = None     # what the input trace says went wrong in its run (allow_incomplete)
+
+    @property
+    def out_of_memory(self) -> bool:
+        """True when the replayed run ran out of device memory on some rank (see `ooms`)."""
+        return bool(self.ooms)
 
     @property
     def iteration_s(self) -> float:
@@ -72,7 +85,8 @@ class ReplayResult:
                 "iteration_s": self.iteration_s, "recorded_iteration_s": self.recorded_iteration_s,
                 "iterations_s": self.iterations_s, "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
                 "mfu": self.mfu, "ops": self.n_ops, "wall_s": self.wall_s, "ops_per_s": self.ops_per_s,
-                "ooms": self.ooms, "allocator": self.allocator,
+                "ooms": self.ooms, "out_of_memory": self.out_of_memory, "allocator": self.allocator,
+                "recorded_problem": self.recorded_problem,
                 "peak_reserved_bytes": {str(r): v for r, v in self.peak_reserved_bytes.items()},
                 "peak_allocated_bytes": {str(r): v for r, v in self.peak_allocated_bytes.items()},
                 **{k: v for k, v in self.summary.items() if isinstance(v, (int, float, str))}}
@@ -102,15 +116,20 @@ def resolve_cluster(meta: dict, cluster: str | None, nodes: int | None, gpus_per
 def replay(trace: str | Path, *, cluster: str | None = None, nodes: int | None = None, gpus_per_node: int | None = None,
            gpu: str | None = None, profile: str | None = None, overrides: tuple[str, ...] = (), out: str | None = None,
            algo: str | None = None, proto: str | None = None, progress=None, recost: bool = False,
-           alloc_conf: str | None = None) -> ReplayResult:
+           alloc_conf: str | None = None, allow_incomplete: bool = False, overwrite: bool = False) -> ReplayResult:
     """Re-simulate `trace` (see the module docstring). `wall_s` (and so `ops_per_s`) covers reading the op tables,
-    the simulation and building the new rows; with `out`, also writing them."""
+    the simulation and building the new rows; with `out`, also writing them (an existing `out` is refused unless
+    `overwrite`)."""
     from .trace.reader import TraceReader
     from .trace.summary import kernel_time_by_source, summarize_ops
     from .trace.writer import TraceWriter
 
     with TraceReader(trace) as reader:
         meta = reader.meta
+        problem = recorded_problem(reader)
+        if problem is not None and not allow_incomplete:
+            raise TraceError(f"{problem}; a replay would time only what the run did before it stopped (pass "
+                             f"--allow-incomplete to replay it anyway)")
         spec = resolve_cluster(meta, cluster, nodes, gpus_per_node, gpu, overrides)
         world = int(meta.get("world_size", spec.world_size))
         if spec.world_size != world:
@@ -127,12 +146,13 @@ def replay(trace: str | Path, *, cluster: str | None = None, nodes: int | None =
                                     f"--profile to re-cost from another")
         if recost or profile or (spec.gpu != recorded_gpu and recorded_gpu is not None):
             recoster = _recoster(spec, reader.signatures, profile)
+        host_costs = host_recost(meta, spec)
         writer = None
         if out is not None:
             out_meta = {k: v for k, v in meta.items() if k not in ("created", "versions")}   # this run's own
             out_meta.update({"mode": "replay", "cluster": spec.to_table(), "gpu": spec.gpu,
                              "replayed_from": str(trace)})
-            writer = TraceWriter(out, out_meta)
+            writer = TraceWriter(out, out_meta, overwrite=overwrite)
             for name in reader.names:        # same string ids as the input
                 writer.add_string(name)
             for sig in reader.signatures:
@@ -149,21 +169,23 @@ def replay(trace: str | Path, *, cluster: str | None = None, nodes: int | None =
         try:
             with gc_paused():
                 n_ops, wall, done, recorded = _simulate(reader, engine, recorder, simulated, recoster, progress,
-                                                        trace)
-        except BaseException as e:
+                                                        trace, host_costs)
+        except BaseException:
             if writer is not None:
-                writer.close(error=f"{type(e).__name__}: {e}")
+                writer.discard()           # no half-replayed trace at `out` (nor in place of an existing one)
             raise
         names = recorder.names
+        ooms = [_oom_entry(r, i, e) for r, i, e in engine.ooms]
         if writer is not None:
-            writer.update_meta({"complete_simulation": bool(done)})
-            writer.close()
+            writer.update_meta({"complete_simulation": bool(done and not recorder.missing())})
+            writer.close(error=f"rank {ooms[0]['rank']}: {ooms[0]['message']}" if ooms else None)
     marks = {r: engine.ranks[r].iterations for r in simulated}
     gspec = spec.gpu_spec()
     result = ReplayResult(spec.name, spec.gpu, spec.world_size, iteration_times(marks), iteration_times(recorded),
                           n_ops, wall, meta.get("tokens_per_iteration"), meta.get("flops_per_token"),
                           gspec.peak_flops("bf16"))
-    result.ooms = [{"rank": r, "op": i, "message": str(e)} for r, i, e in engine.ooms]
+    result.ooms = ooms
+    result.recorded_problem = problem
     result.summary = _flat_summary({"ranks": [summarize_ops(recorder.rows(r), names, np.asarray(marks[r]))
                                               for r in simulated]})
     result.kernel_time_by_source = [kernel_time_by_source(recorder.rows(r)) for r in simulated]
@@ -174,7 +196,45 @@ def replay(trace: str | Path, *, cluster: str | None = None, nodes: int | None =
     return result
 
 
-def _simulate(reader, engine: Engine, recorder: Recorder, simulated: list[int], recost, progress, trace):
+def recorded_problem(reader) -> str | None:
+    """What the trace says went wrong in the run that wrote it (None for a run that ended normally): the error the
+    writer recorded, a trace never closed, or a simulation that did not complete."""
+    if not reader.complete:
+        return reader.warning
+    if reader.error:
+        return f"{reader.path}: the run that wrote this trace failed: {reader.error}"
+    if reader.meta.get("complete_simulation") is False:
+        return (f"{reader.path}: the run that wrote this trace did not complete its simulation (its meta says "
+                f"complete_simulation: false)")
+    return None
+
+
+def _oom_entry(rank: int, op: int, exc) -> dict:
+    """An OOM of the allocator model as a dict: rank, op index, message, and the bytes asked for and available."""
+    out = {"rank": int(rank), "op": int(op), "message": str(exc)}
+    for key, attr in (("requested_bytes", "rounded"), ("allocated_bytes", "allocated"),
+                      ("reserved_bytes", "reserved"), ("capacity_bytes", "capacity")):
+        value = getattr(exc, attr, None)
+        if value is not None:
+            out[key] = int(value)
+    return out
+
+
+def host_recost(meta: dict, spec: ClusterSpec):
+    """The host prices to cost a trace's counted host work again with (phantora/hostcpu.py), or None to keep its
+    recorded `cpu_delta`s: only a trace of the modelled host CPU can be re-costed, and only prices that differ from
+    the recorded ones change anything (so a replay on the recorded cluster reproduces the run exactly)."""
+    recorded = meta.get("host_cpu") or {}
+    if recorded.get("mode") != "model":
+        return None
+    costs = HostCosts.from_spec(spec.host)
+    if all(recorded.get(k) == v for k, v in costs.as_dict().items()):
+        return None
+    return costs
+
+
+def _simulate(reader, engine: Engine, recorder: Recorder, simulated: list[int], recost, progress, trace,
+              host_costs=None):
     """The timed part of a replay: read and feed every rank's ops, check the dependencies table, run, build rows.
     Returns (ops, wall seconds, whether the simulation completed, recorded iteration marks by rank)."""
     n_ops = 0
@@ -191,6 +251,9 @@ def _simulate(reader, engine: Engine, recorder: Recorder, simulated: list[int], 
         tables = [pool.submit(read, r) for r in simulated]
         for i, (r, table) in enumerate(zip(simulated, tables)):
             rows, recorded[r] = table.result()
+            if host_costs is not None:        # the host work the run counted, priced for this host
+                rows = rows.copy()
+                rows["cpu_delta"] = host_costs.seconds_of(rows["host_py"], rows["host_c"], rows["host_disp"])
             rows_by_rank[r] = rows
             ops = reader.op_objects(rows, r)
             if recost is not None:
@@ -219,6 +282,10 @@ def _flat_summary(s: dict) -> dict:
     if isinstance(ranks, dict):
         ranks = list(ranks.values())
     out = {}
+    # per iteration where the ranks have iterations (trace/summary.py); `time_basis` says which
+    bases = {r.get("time_basis") for r in ranks if r.get("time_basis")}
+    if bases:
+        out["time_basis"] = bases.pop() if len(bases) == 1 else "mixed"
     for key, name in (("compute", "compute_s"), ("communication", "communication_s"),
                       ("exposed_communication", "exposed_communication_s")):
         vals = [r[key] for r in ranks if isinstance(r.get(key), (int, float))]

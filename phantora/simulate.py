@@ -57,6 +57,6 @@ def simulate_streams(spec: ClusterSpec, streams: dict[int, list[Op]], out: str |
     except BaseException as e:
         writer.close(error=f"{type(e).__name__}: {e}")
         raise
-    writer.update_meta({"complete_simulation": bool(done)})
+    writer.update_meta({"complete_simulation": bool(done and not recorder.missing())})
     writer.close()
     return engine

@@ -2,12 +2,15 @@
 
 `build(cls, table, file=..., prefix=...)` checks that every required field is present, that no unknown key is
 given (a typo must not be silently ignored), and that each value has the declared type (ints are accepted where a
-float is declared). Nested dataclasses and `dict[str, float]` / `list[...]` fields are supported.
+float is declared, and a float must be finite: TOML's `nan` and `inf` are refused). Nested dataclasses and
+`dict[str, float]` / `list[...]` fields are supported. A dataclass's `validate()` method, if any, runs after it is
+built; `check_number` is the range check those methods share.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import tomllib
 import types
 import typing
@@ -27,6 +30,27 @@ def read_toml(path: Path) -> dict[str, Any]:
         raise PresetError("file not found", file=str(path)) from None
     except tomllib.TOMLDecodeError as exc:
         raise PresetError(f"not valid TOML: {exc}", file=str(path)) from None
+
+
+def check_number(value: Any, key: str, *, positive: bool = False, nonnegative: bool = False,
+                 at_most: float | None = None, file: str | None = None) -> None:
+    """Refuse a figure that is not a finite number or lies out of its range, naming `key` (and `file` if given).
+
+    NaN, infinities, booleans and non-numbers are always refused; `positive=True` refuses zero and below,
+    `nonnegative=True` refuses values below zero, `at_most` refuses values above it. Meant for `validate()` methods
+    (`build` adds the file to an error raised without one), e.g.
+    `check_number(self.cpu_time_scale, "host.cpu_time_scale", positive=True)`.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise PresetError(f"expected a number, got {value!r}", file=file, key=key)
+    if not math.isfinite(value):
+        raise PresetError(f"expected a finite number, got {value!r}", file=file, key=key)
+    if positive and value <= 0:
+        raise PresetError(f"must be positive, got {value!r}", file=file, key=key)
+    if nonnegative and value < 0:
+        raise PresetError(f"must not be negative, got {value!r}", file=file, key=key)
+    if at_most is not None and value > at_most:
+        raise PresetError(f"must be at most {at_most:g}, got {value!r}", file=file, key=key)
 
 
 def _type_name(tp: Any) -> str:
@@ -72,6 +96,8 @@ def _check(value: Any, tp: Any, file: str | None, key: str) -> Any:
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise PresetError(f"expected a number, got {value!r}", file=file, key=key)
+        if not math.isfinite(value):     # TOML's nan / inf: no figure of a preset or record is meant so
+            raise PresetError(f"expected a finite number, got {value!r}", file=file, key=key)
         return float(value)
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):

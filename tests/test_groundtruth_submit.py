@@ -69,6 +69,8 @@ def root(tmp_path, monkeypatch):
     gt = tmp_path / "groundtruth"
     gt.mkdir()
     monkeypatch.setattr(store, "groundtruth_dir", lambda: gt)
+    monkeypatch.delenv("PHANTORA_HOME", raising=False)
+    monkeypatch.chdir(tmp_path)          # outside any checkout: the CLI files into groundtruth_dir()
     return gt
 
 

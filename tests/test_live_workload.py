@@ -64,6 +64,7 @@ def test_every_mode_runs_and_reports_its_iterations(tmp_path, name, gpus, ranks,
     assert script["median_step_s"] == pytest.approx(summary["iteration_s"], rel=0.25)
     with TraceReader(trace) as rd:
         assert rd.complete and sorted(rd.ranks) == sorted(summary["simulated_ranks"])
+        assert rd.meta["complete_simulation"] is True      # every simulated op has its row (pp: batched p2p)
 
 
 def _matmuls_per_iteration(trace: Path) -> tuple[float, float]:

@@ -266,13 +266,20 @@ def test_init_process_group_nccl_and_collectives_become_ops(dist_run):
 
 def test_collectives_are_ordered_after_their_stream_and_waited_on(dist_run):
     _, ops = dist_run
+    group_end = None                     # inside an NCCL group: index of its GROUP_END
     for i, op in enumerate(ops):
+        if op["kind"] == "GROUP_START":
+            group_end = next(j for j in range(i, len(ops)) if ops[j]["kind"] == "GROUP_END")
+        if group_end is not None and i > group_end:
+            group_end = None
         if op["kind"] not in ("COLLECTIVE", "SEND", "RECV"):
             continue
         record, wait = ops[i - 2], ops[i - 1]
         assert record["kind"] == "EVENT_RECORD" and wait["kind"] == "STREAM_WAIT"
         assert wait["arg"] == record["arg"] and wait["stream"] == op["stream"] != record["stream"]
-        done = ops[i + 1]
+        # the completion event: right after the op, or, in a group, after the GROUP_END (the transfers of a
+        # group run when it ends)
+        done = ops[i + 1] if group_end is None else ops[group_end + 1]
         assert done["kind"] == "EVENT_RECORD" and done["stream"] == op["stream"]
     # the async reduce_scatter's work.wait(): the issuing stream waits for its completion event
     i = next(i for i, op in enumerate(ops) if op["name"] == "reduce_scatter")

@@ -21,7 +21,7 @@ from phantora.engine.ops import CostSource, Op, OpKind
 from phantora.errors import PhantoraError, TraceError
 from phantora.trace import reader as reader_module
 from phantora.trace import schema as S
-from phantora.trace.reader import TraceReader
+from phantora.trace.reader import TraceReader, partial_traces
 from phantora.trace.writer import TraceWriter
 
 REPO = Path(__file__).resolve().parents[1]
@@ -47,6 +47,8 @@ def make_rows(seed: int, n: int, n_names: int = 20, n_sigs: int = 50) -> np.ndar
     rows["group"] = rng.integers(-1, 4, n)
     rows["arg"] = rng.integers(-1, 2 ** 40, n)
     rows["coll"] = rng.integers(-1, 100, n)
+    for col in S.OPTIONAL_OP_COLUMNS:
+        rows[col] = rng.integers(0, 2 ** 20, n)
     return rows
 
 
@@ -160,7 +162,8 @@ def random_ops(seed: int, n: int) -> list[Op]:
                sig=int(rng.integers(-1, 9)), duration=float(rng.random()), flops=float(rng.integers(0, 2 ** 50)),
                nbytes=int(rng.integers(0, 2 ** 40)), group=int(rng.integers(-1, 3)), arg=int(rng.integers(-1, 99)),
                cpu_delta=float(rng.random()), source=sources[rng.integers(len(sources))],
-               mem=int(rng.integers(-2 ** 31, 2 ** 31)))
+               mem=int(rng.integers(-2 ** 31, 2 ** 31)), host_py=int(rng.integers(0, 2 ** 20)),
+               host_c=int(rng.integers(0, 2 ** 20)), host_disp=int(rng.integers(0, 2 ** 10)))
             for _ in range(n)]
 
 
@@ -296,9 +299,13 @@ def run_killed_child(path: Path, mode: str) -> None:
 def test_killed_run_leaves_everything_up_to_the_last_flush(tmp_path):
     path = tmp_path / "killed.h5"
     run_killed_child(path, "flushed")
-    with TraceReader(path) as r:
+    # killed before close(): the trace never got its own name, and asking for it names the unfinished file
+    with pytest.raises(TraceError, match="unfinished trace"):
+        TraceReader(path)
+    [partial] = partial_traces(str(path))
+    with TraceReader(partial) as r:
         assert not r.complete
-        assert "incomplete" in r.warning and str(path) in r.warning
+        assert "incomplete" in r.warning and partial in r.warning
         assert np.array_equal(r.ops(0), np.concatenate([make_rows(i, 130) for i in range(3)]))
         assert np.array_equal(r.ops(1), np.concatenate([make_rows(10 + i, 70) for i in range(3)]))
         assert r.names == ["", "name-0", "name-1", "name-2"]
@@ -306,7 +313,7 @@ def test_killed_run_leaves_everything_up_to_the_last_flush(tmp_path):
         assert r.iterations(0).tolist() == [0.0, 1.0, 2.0]
         assert r.meta["world_size"] == 2
     # HDF5's own filter pipeline reads it too, the partial last chunk included.
-    with h5py.File(path, "r") as f:
+    with h5py.File(partial, "r") as f:
         ds = f["ranks/0/ops"]
         assert np.array_equal(ds[:], np.concatenate([make_rows(i, 130) for i in range(3)]))
         assert len(ds) % 100 != 0                     # (there is a partial last chunk)
@@ -315,7 +322,8 @@ def test_killed_run_leaves_everything_up_to_the_last_flush(tmp_path):
 def test_killed_run_keeps_rows_flushed_by_the_pending_limit(tmp_path):
     path = tmp_path / "auto.h5"
     run_killed_child(path, "autoflush")
-    with TraceReader(path) as r:
+    [partial] = partial_traces(str(path))
+    with TraceReader(partial) as r:
         assert not r.complete
         assert np.array_equal(r.ops(0), np.concatenate([make_rows(i, 100) for i in range(3)]))
         assert len(r.ops(1)) == 0 and r.ranks == [0, 1]
@@ -423,7 +431,8 @@ def test_copy_of_a_trace_opens_while_the_original_is_written(tmp_path):
     w = TraceWriter(path, {"ranks": [0]})
     w.append_ops(0, make_rows(13, 500))
     w.flush()
-    shutil.copy(path, tmp_path / "copy.h5")
+    assert not path.exists()                 # written under its temporary name until closed
+    shutil.copy(w.written_path, tmp_path / "copy.h5")
     w.append_ops(0, make_rows(14, 10))
     with TraceReader(tmp_path / "copy.h5") as r:
         assert not r.complete and np.array_equal(r.ops(0), make_rows(13, 500))
@@ -439,7 +448,7 @@ def test_trace_read_by_the_process_writing_it(tmp_path):
     w.append_ops(0, make_rows(15, 100))      # one full chunk and a partial last chunk
     w.flush()
     for _ in range(2):
-        with TraceReader(path) as r:
+        with TraceReader(w.written_path) as r:
             assert not r.complete and np.array_equal(r.ops(0), make_rows(15, 100))
         w.append_ops(0, make_rows(16, 10))   # not flushed: not visible
     w.close()

@@ -107,9 +107,20 @@ def test_summary_against_brute_force_on_random_timelines(tmp_path):
                 spans[("stream", int(row["stream"]))].append((row["start"], row["end"]))
         compute = covered_cells(spans[OpKind.KERNEL])
         comm = covered_cells(spans[OpKind.COLLECTIVE] + spans[OpKind.SEND] + spans[OpKind.RECV])
-        assert entry["compute"] == len(compute)
-        assert entry["communication"] == len(comm)
-        assert entry["exposed_communication"] == len(comm - compute)
+        totals = entry["totals"]
+        assert totals["compute"] == len(compute)
+        assert totals["communication"] == len(comm)
+        assert totals["exposed_communication"] == len(comm - compute)
+        # the headline figures: per iteration, over the cells between the first and last iteration mark
+        ends = [int(row["end"]) for row in rows if row["kind"] == int(OpKind.ITER_MARK)]
+        if len(ends) >= 2 and ends[-1] > ends[0]:
+            window, n = set(range(ends[0], ends[-1])), len(ends) - 1
+            assert entry["time_basis"] == "per iteration"
+            assert entry["compute"] == pytest.approx(len(compute & window) / n)
+            assert entry["communication"] == pytest.approx(len(comm & window) / n)
+            assert entry["exposed_communication"] == pytest.approx(len((comm - compute) & window) / n)
+        else:
+            assert entry["time_basis"] == "whole trace" and entry["compute"] == len(compute)
         for stream, busy in entry["stream_busy"].items():
             assert busy == len(covered_cells(spans[("stream", stream)]))
 
@@ -156,7 +167,7 @@ def test_format_summary_reports_ranks_kernels_and_incompleteness(tmp_path):
         w.add_string(name)
     w.append_ops(0, rows)
     w.flush()                                   # never closed: an incomplete trace
-    with TraceReader(path) as r:
+    with TraceReader(w.written_path) as r:
         text = format_summary(summarize(r))
     w.close()
     lines = text.splitlines()

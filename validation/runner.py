@@ -174,6 +174,7 @@ class LiveRunner:
             prepare_assets(case.record.workload.model)
         trace, summary, log = workdir / "trace.h5", workdir / "summary.json", workdir / "run.log"
         summary.unlink(missing_ok=True)
+        trace.unlink(missing_ok=True)        # a kept folder's earlier trace must not pass for this run's
         cmd = self.command(case, trace, summary)
         t0 = time.perf_counter()
         with open(log, "w") as out:
@@ -238,6 +239,7 @@ class CachedRunner:
             return self.replay(case)
         d.mkdir(parents=True, exist_ok=True)
         (d / "case.json").unlink(missing_ok=True)
+        (d / "trace.h5").unlink(missing_ok=True)      # replaced by the new live run's (a trace is never overwritten)
         res = self.live(case, d)
         (d / "case.json").write_text(json.dumps(case_key(case), indent=1))
         return res

@@ -129,6 +129,19 @@ class _Counter:
         self.freed += n
 
 
+class _Pool:
+    """The counters PyTorch keeps per pool (its "small_pool" and "large_pool" stat types)."""
+
+    __slots__ = ("allocated", "requested", "reserved", "count", "segment")
+
+    def __init__(self) -> None:
+        self.allocated, self.requested, self.reserved = _Counter(), _Counter(), _Counter()
+        self.count, self.segment = _Counter(), _Counter()
+
+    def counters(self) -> tuple:
+        return self.allocated, self.requested, self.reserved, self.count, self.segment
+
+
 class _Block:
     """A range of one segment: allocated, free (cached) or, in an expandable segment, not mapped."""
 
@@ -207,6 +220,9 @@ class CachingAllocatorModel:
         self.requested = _Counter()
         self.reserved = _Counter()
         self.count = _Counter()                     # number of live blocks
+        self.segment = _Counter()                   # cudaMalloc'd segments
+        self.pools = {True: _Pool(), False: _Pool()}     # small pool?, -> its counters
+        self.num_sync_all_streams = 0               # cache releases (empty_cache, retries): each syncs the device
         self.num_ooms = 0
         self.num_alloc_retries = 0
         self.num_device_alloc = 0
@@ -238,6 +254,10 @@ class CachingAllocatorModel:
         self.allocated.add(b.size)
         self.requested.add(b.requested)
         self.count.add(1)
+        p = self.pools[small]
+        p.allocated.add(b.size)
+        p.requested.add(b.requested)
+        p.count.add(1)
         return b.size
 
     def free(self, block_id: int) -> int:
@@ -249,6 +269,10 @@ class CachingAllocatorModel:
         self.allocated.sub(size)
         self.requested.sub(b.requested)
         self.count.sub(1)
+        p = self.pools[b.small]
+        p.allocated.sub(size)
+        p.requested.sub(b.requested)
+        p.count.sub(1)
         b.allocated = False
         b.requested = 0
         fl = self._free_list(b.small, b.stream)
@@ -265,6 +289,7 @@ class CachingAllocatorModel:
 
     def release_cached(self) -> None:
         """Free every wholly free segment (expandable: unmap the whole pages inside free blocks)."""
+        self.num_sync_all_streams += 1
         for (small, stream), fl in list(self._free.items()):
             for _, _, b in list(fl.items):
                 if b.expandable:
@@ -273,18 +298,29 @@ class CachingAllocatorModel:
                     fl.remove(b)
                     self.reserved.sub(b.size)
                     self._segments -= 1
+                    self.segment.sub(1)
+                    self.pools[small].reserved.sub(b.size)
+                    self.pools[small].segment.sub(1)
                     self.num_device_free += 1
 
+    def _counters(self) -> tuple:
+        return (self.allocated, self.requested, self.reserved, self.count, self.segment,
+                *self.pools[True].counters(), *self.pools[False].counters())
+
     def reset_peak(self) -> None:
-        for c in (self.allocated, self.requested, self.reserved, self.count):
+        for c in self._counters():
             c.peak = c.current
 
     def reset_accumulated(self) -> None:
-        for c in (self.allocated, self.requested, self.reserved, self.count):
+        """As PyTorch's resetAccumulatedStats: cumulative counters and the event counts."""
+        for c in self._counters():
             c.allocated = 0
             c.freed = 0
         self.num_ooms = 0
         self.num_alloc_retries = 0
+        self.num_sync_all_streams = 0
+        self.num_device_alloc = 0
+        self.num_device_free = 0
 
     def live_blocks(self) -> int:
         return len(self._live)
@@ -295,25 +331,43 @@ class CachingAllocatorModel:
 
     @property
     def stats(self) -> dict[str, int]:
-        """Counters named like the keys of torch.cuda.memory_stats()."""
+        """The flat keys of torch.cuda.memory_stats(), all of them: `<stat>.<all|small_pool|large_pool>.<current|
+        peak|allocated|freed>` for the nine stat arrays, `oversize_allocations.*` / `oversize_segments.*` and the
+        six event counts. Active blocks are the allocated ones (blocks held by `record_stream` are not modelled);
+        the inactive split blocks (free blocks of a split segment) are counted now, so their peak is the current
+        count and their cumulative counts 0; oversize blocks exist only with `max_split_size_mb`, which the model
+        does not take (0, as PyTorch with its default)."""
         out: dict[str, int] = {}
-        for name, c in (("allocated_bytes", self.allocated), ("active_bytes", self.allocated),
-                        ("requested_bytes", self.requested), ("reserved_bytes", self.reserved),
-                        ("allocation", self.count), ("active", self.count)):
-            out[f"{name}.all.current"] = c.current
-            out[f"{name}.all.peak"] = c.peak
-            out[f"{name}.all.allocated"] = c.allocated
-            out[f"{name}.all.freed"] = c.freed
-        split = [b for fl in self._free.values() for _, _, b in fl.items
-                 if not b.expandable and (b.prev is not None or b.next is not None)]
-        out["inactive_split.all.current"] = len(split)
-        out["inactive_split_bytes.all.current"] = sum(b.size for b in split)
-        out["segment.all.current"] = self._segments
+        small, large = self.pools[True], self.pools[False]
+        for name, pool in (("all", None), ("small_pool", small), ("large_pool", large)):
+            split = [b for (is_small, _), fl in self._free.items() for _, _, b in fl.items
+                     if (pool is None or is_small == (pool is small)) and not b.expandable
+                     and (b.prev is not None or b.next is not None)]
+            inactive = _Counter(len(split), len(split))
+            inactive_bytes = sum(b.size for b in split)
+            rows = (("allocated_bytes", self.allocated if pool is None else pool.allocated),
+                    ("active_bytes", self.allocated if pool is None else pool.allocated),
+                    ("requested_bytes", self.requested if pool is None else pool.requested),
+                    ("reserved_bytes", self.reserved if pool is None else pool.reserved),
+                    ("allocation", self.count if pool is None else pool.count),
+                    ("active", self.count if pool is None else pool.count),
+                    ("segment", self.segment if pool is None else pool.segment),
+                    ("inactive_split", inactive),
+                    ("inactive_split_bytes", _Counter(inactive_bytes, inactive_bytes)))
+            for stat, c in rows:
+                out[f"{stat}.{name}.current"] = c.current
+                out[f"{stat}.{name}.peak"] = c.peak
+                out[f"{stat}.{name}.allocated"] = c.allocated
+                out[f"{stat}.{name}.freed"] = c.freed
+        for stat in ("oversize_allocations", "oversize_segments"):
+            for metric in ("current", "peak", "allocated", "freed"):
+                out[f"{stat}.{metric}"] = 0
         out["num_alloc_retries"] = self.num_alloc_retries
         out["num_ooms"] = self.num_ooms
+        out["num_sync_all_streams"] = self.num_sync_all_streams
         out["num_device_alloc"] = self.num_device_alloc
         out["num_device_free"] = self.num_device_free
-        out["max_split_size"] = -1
+        out["max_split_size"] = -1     # PyTorch reports SIZE_MAX as -1: no max_split_size_mb
         return out
 
     # -- internals ----------------------------------------------------------------------------------------------
@@ -355,6 +409,9 @@ class CachingAllocatorModel:
         b = _Block(self._fresh_range(seg), seg, stream, small, False)
         self.reserved.add(seg)
         self._segments += 1
+        self.segment.add(1)
+        self.pools[small].reserved.add(seg)
+        self.pools[small].segment.add(1)
         self.num_device_alloc += 1
         return b
 
@@ -432,6 +489,7 @@ class CachingAllocatorModel:
             bisect.insort(unmapped, (rest.addr, rest))
         u.mapped = True
         self.reserved.add(n)
+        self.pools[u.small].reserved.add(n)
         self.num_device_alloc += 1
         fl = self._free_list(u.small, u.stream)
         for nb in (u.prev, u.next):
@@ -464,6 +522,7 @@ class CachingAllocatorModel:
             fl.add(tail)
         b.addr, b.size, b.mapped = lo, hi - lo, False
         self.reserved.sub(hi - lo)
+        self.pools[b.small].reserved.sub(hi - lo)
         self.num_device_free += 1
         for nb in (b.prev, b.next):                   # unmapped neighbours become one range
             if nb is not None and not nb.mapped:

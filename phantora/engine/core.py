@@ -381,6 +381,7 @@ class Engine:
                 self._push(rs, op.stream, (idx, op, rs.cpu, [item]))
         elif k == K.GROUP_START:
             rs.batch = []
+            rs.emit((idx, op, rs.cpu, rs.cpu, rs.cpu, -1))
         elif k == K.GROUP_END:
             batch, rs.batch = rs.batch or [], None
             if batch:

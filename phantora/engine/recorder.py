@@ -25,6 +25,7 @@ from .ops import Op, OpKind
 _KIND, _STREAM, _NAME, _SIG, _DURATION, _FLOPS, _NBYTES, _SOURCE, _GROUP, _ARG, _CPU = (
     attrgetter(a) for a in ("kind", "stream", "name", "sig", "duration", "flops", "nbytes", "source", "group",
                             "arg", "cpu_delta"))
+_HOST_PY, _HOST_C, _HOST_DISP = (attrgetter(a) for a in ("host_py", "host_c", "host_disp"))
 _INDEX = itemgetter(0)
 _TIMED = np.array([k in (OpKind.KERNEL, OpKind.MEMCPY) for k in range(256)])   # `duration` is the op's own cost
 _ALLOC, _FREE, _ITER = int(OpKind.ALLOC), int(OpKind.FREE), int(OpKind.ITER_MARK)
@@ -178,6 +179,9 @@ class Recorder:
         rows["name"] = np.fromiter(map(index.__getitem__, names), np.uint32, n)
         rows["sig"] = np.fromiter(map(_SIG, ops), np.int32, n)
         rows["cpu_delta"] = np.fromiter(map(_CPU, ops), np.float64, n)
+        rows["host_py"] = np.fromiter(map(_HOST_PY, ops), np.int32, n)
+        rows["host_c"] = np.fromiter(map(_HOST_C, ops), np.int32, n)
+        rows["host_disp"] = np.fromiter(map(_HOST_DISP, ops), np.int32, n)
         rows["duration"] = np.fromiter(map(_DURATION, ops), np.float64, n)
         rows["flops"] = np.fromiter(map(_FLOPS, ops), np.float64, n)
         rows["nbytes"] = np.fromiter(map(_NBYTES, ops), np.int64, n)
@@ -274,6 +278,20 @@ class Recorder:
             self._deps.append(deps)
 
     # ------------------------------------------------------------------------------------------------ output
+    def missing(self) -> dict[int, int]:
+        """Per rank, how many ops the engine issued that have no row (an op never reported, or reported behind
+        one that never was): nonzero means the trace holds less than was simulated and is not complete."""
+        out: dict[int, int] = {}
+        if self.engine is None:
+            return out
+        for r, rs in self.engine.ranks.items():
+            if r in self._reports:
+                self._take(r)
+            n = rs.index - self._base.get(r, 0)
+            if n > 0:
+                out[r] = n
+        return out
+
     def rows(self, rank: int) -> np.ndarray:
         """The rank's rows of the complete prefix: all of them with keep=True, else those not yet flushed."""
         self._take(rank)

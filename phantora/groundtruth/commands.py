@@ -37,25 +37,29 @@ def new_cmd(suite: str, framework: str) -> None:
 @_user_errors
 def submit_cmd(file: str, simulate: bool, dry_run: bool, force: bool) -> None:
     """Check a record (schema, units, plausibility, duplicates, contradictions), normalize it and file it under
-    groundtruth/<suite>/<id>.toml.
+    groundtruth/<suite>/<id>.toml: in $PHANTORA_HOME if set, else in the phantora checkout the current directory
+    lies in, else in the installed tree (the command prints which).
 
     \b
     Example:
       phantora groundtruth submit my-run.toml --dry-run
       phantora groundtruth submit my-run.toml --simulate
     """
+    from .store import submission_root
     from .submit import harness_simulation, submit
 
-    res = submit(file, dry_run=dry_run, force=force, simulate=harness_simulation if simulate else None)
+    root, why = submission_root()
+    res = submit(file, root=root, dry_run=dry_run, force=force, simulate=harness_simulation if simulate else None)
     for w in res.warnings:
         click.echo(f"warning: {w}", err=True)
     for c in res.forced:
         click.echo(f"filed despite a contradiction (--force): {c}", err=True)
     if dry_run:
         click.echo(res.text, nl=False)
-        click.echo(f"(dry run: would file {res.target})", err=True)
+        click.echo(f"(dry run: would file {res.target}; records go to {root}: {why})", err=True)
     else:
         click.echo(f"filed {res.target}")
+        click.echo(f"(records go to {root}: {why})", err=True)
 
 
 @groundtruth.command("list")
@@ -63,15 +67,16 @@ def submit_cmd(file: str, simulate: bool, dry_run: bool, force: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the records as a JSON list.")
 @_user_errors
 def list_cmd(suite: str | None, as_json: bool) -> None:
-    """List the ground-truth records.
+    """List the ground-truth records (of the same folder `submit` files into).
 
     \b
     Example:
       phantora groundtruth list --suite torchtitan
     """
-    from .store import list_suites, load_suite
+    from .store import list_suites, load_suite, submission_root
 
-    suites = list_suites()
+    root, _ = submission_root()
+    suites = list_suites(root)
     if suite is not None:
         if suite not in suites:
             raise PhantoraError(f"no ground-truth suite '{suite}' (suites with records: {', '.join(suites) or 'none'})")
@@ -79,7 +84,7 @@ def list_cmd(suite: str | None, as_json: bool) -> None:
     records = []
     for s in suites:
         try:
-            records.extend(load_suite(s))
+            records.extend(load_suite(s, root))
         except PhantoraError as exc:
             if suite is not None:
                 raise

@@ -8,6 +8,8 @@ more than `CONTRADICTION` apart).
 
 from __future__ import annotations
 
+import os
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +28,44 @@ SOURCE_KEYS = ("url", "contributor", "repository", "file", "commit", "version", 
 
 def root_dir(root: str | Path | None = None) -> Path:
     return Path(root) if root is not None else groundtruth_dir()
+
+
+def find_checkout(start: str | Path | None = None) -> Path | None:
+    """The phantora project checkout holding `start` (default: the current directory), or None.
+
+    A checkout is the first folder, from `start` upward, with a pyproject.toml whose project is named phantora and
+    a groundtruth/ folder beside it.
+    """
+    try:
+        here = Path(start if start is not None else Path.cwd()).resolve()
+    except OSError:              # the current directory was removed
+        return None
+    for folder in (here, *here.parents):
+        pyproject = folder / "pyproject.toml"
+        if not pyproject.is_file() or not (folder / "groundtruth").is_dir():
+            continue
+        try:
+            with open(pyproject, "rb") as f:
+                name = tomllib.load(f).get("project", {}).get("name")
+        except (OSError, tomllib.TOMLDecodeError):
+            continue
+        if name == "phantora":
+            return folder
+    return None
+
+
+def submission_root(cwd: str | Path | None = None) -> tuple[Path, str]:
+    """Where `phantora groundtruth submit` files records (and `list` reads them), and why there.
+
+    PHANTORA_HOME's groundtruth/ when that is set; else the groundtruth/ of the phantora checkout the current
+    directory lies in; else the installed tree's (phantora.paths.groundtruth_dir).
+    """
+    if os.environ.get("PHANTORA_HOME"):
+        return groundtruth_dir(), "PHANTORA_HOME"
+    checkout = find_checkout(cwd)
+    if checkout is not None:
+        return checkout / "groundtruth", "the phantora checkout of the current directory"
+    return groundtruth_dir(), "the installed phantora tree (no phantora checkout holds the current directory)"
 
 
 def list_suites(root: str | Path | None = None) -> list[str]:

@@ -9,6 +9,7 @@ error, never a silent choice.
 from __future__ import annotations
 
 import datetime as _dt
+import math
 from typing import Any, Callable
 
 from ..errors import PresetError
@@ -57,6 +58,8 @@ def normalize_units(table: dict[str, Any], *, file: str | None = None) -> dict[s
             value = metrics.pop(alias)
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise PresetError(f"expected a number ({meaning}), got {value!r}", file=file, key=key)
+            if not math.isfinite(value):
+                raise PresetError(f"expected a finite number ({meaning}), got {value!r}", file=file, key=key)
             try:
                 metrics[canon] = float(convert(float(value), out))
             except PresetError as exc:

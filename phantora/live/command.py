@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -10,12 +11,114 @@ import click
 
 from ..cluster import load_cluster, software_overrides
 from ..errors import PhantoraError
-from .launcher import RunFailed, RunOptions, default_trace_name, run_live
-from .ranks import plan_ranks
+from .launcher import (RunFailed, RunOptions, check_program, default_trace_name, program_argv, run_live,
+                       signal_text)
+from .ranks import check_process_count, plan_ranks
 
 
-def _write_json(path: str, data: dict) -> None:
-    Path(path).write_text(json.dumps(data, indent=2, default=str) + "\n")
+def _write_json(path: str, data: dict) -> bool:
+    try:
+        Path(path).write_text(json.dumps(data, indent=2, default=str) + "\n")
+    except OSError as exc:
+        click.echo(f"phantora: could not write --summary-json {path}: {exc.strerror or exc}", err=True)
+        return False
+    return True
+
+
+VALUES_NOTE = ("tensors hold no data: reading a value (.item(), .tolist(), printing a tensor) gives a placeholder "
+               "(0, 0.0, False), so losses and gradient norms print 0.0; only small tensors (up to 64 elements) "
+               "made from host data (torch.tensor, full, arange, small random draws) and what is computed from them "
+               "alone read their real values, also through all_reduce, broadcast and all_gather (docs/stubs.md)")
+
+
+def _positive_seconds(ctx, param, value):
+    if value is not None and not (math.isfinite(value) and value > 0):
+        raise click.BadParameter(f"{value} is not a positive number of seconds", ctx=ctx, param=param)
+    return value
+
+
+# torchrun's options with no counterpart here, and what to use instead
+_TORCHRUN_ELSE = {
+    "--max-restarts": "phantora runs each rank once and stops the run at the first failure",
+    "--monitor-interval": "--hang-timeout S says how long a silent rank may hold the others up",
+    "--start-method": "every rank is a new process",
+    "--role": "ROLE_NAME is 'default'",
+    "--log-dir": "each rank's output is relayed, prefixed with [rankN]; --quiet hides it",
+    "--redirects": "each rank's output is relayed, prefixed with [rankN]; --quiet hides it",
+    "-r": "each rank's output is relayed, prefixed with [rankN]; --quiet hides it",
+    "--tee": "each rank's output is relayed, prefixed with [rankN]; --quiet hides it",
+    "-t": "each rank's output is relayed, prefixed with [rankN]; --quiet hides it",
+    "--local-ranks-filter": "--quiet hides every rank's output; --ranks LIST runs only some ranks (the others "
+                            "mirrored)",
+    "--no-python": "a program that is neither python nor a .py script runs as given",
+    "--run-path": "give the script after --, e.g. -- python train.py",
+    "--module": "give -m package.module after --",
+    "--local-addr": "the ranks' rendezvous is simulated",
+    "--max-nodes": "--nodes N",
+    "--nproc": "--gpus-per-node G",
+}
+
+
+def torchrun_options(nodes, gpus_per_node, opts: dict) -> tuple[int | None, int | None, list[str]]:
+    """torchrun's --nproc-per-node / --nnodes as --gpus-per-node / --nodes; the options that one launcher simulating
+    every node does not need are ignored with a note."""
+    notes = []
+    nproc, nnodes = opts.get("nproc_per_node"), opts.get("nnodes")
+    if nproc is not None:
+        try:
+            g = int(nproc)
+        except ValueError:
+            raise PhantoraError(f"--nproc-per-node {nproc!r}: give the number of GPUs per node of the simulated "
+                                f"cluster (torchrun's gpu/cpu/auto count this machine's devices); phantora's "
+                                f"name for it is --gpus-per-node") from None
+        if g < 1:
+            raise PhantoraError(f"--nproc-per-node {nproc}: must be at least 1")
+        if gpus_per_node is not None and gpus_per_node != g:
+            raise PhantoraError(f"--nproc-per-node {g} and --gpus-per-node {gpus_per_node} disagree (they are the "
+                                f"same option)")
+        gpus_per_node = g
+    if nnodes is not None:
+        lo, _, hi = str(nnodes).partition(":")
+        try:
+            n, top = int(lo), int(hi or lo)
+        except ValueError:
+            raise PhantoraError(f"--nnodes {nnodes!r}: give the number of nodes (phantora's name: --nodes)") from None
+        if n != top:
+            raise PhantoraError(f"--nnodes {nnodes}: elastic node ranges are not simulated; give one number, "
+                                f"e.g. --nnodes {top} (phantora's name: --nodes)")
+        if n < 1:
+            raise PhantoraError(f"--nnodes {nnodes}: must be at least 1")
+        if nodes is not None and nodes != n:
+            raise PhantoraError(f"--nnodes {n} and --nodes {nodes} disagree (they are the same option)")
+        nodes = n
+    node_rank = opts.get("node_rank")
+    if node_rank not in (None, 0):
+        raise PhantoraError(f"--node-rank {node_rank}: phantora simulates every node from one launcher; run it "
+                            f"once, without --node-rank, with --nnodes (or --nodes) giving the node count")
+    ignored = [flag for key, flag in (("standalone", "--standalone"), ("node_rank", "--node-rank"),
+                                      ("master_addr", "--master-addr"), ("master_port", "--master-port"),
+                                      ("rdzv_backend", "--rdzv-backend"), ("rdzv_endpoint", "--rdzv-endpoint"),
+                                      ("rdzv_id", "--rdzv-id"), ("rdzv_conf", "--rdzv-conf"))
+               if opts.get(key) not in (None, False)]
+    if ignored:
+        notes.append(f"ignoring torchrun's {', '.join(ignored)}: one launcher simulates every node, and the ranks "
+                     f"get MASTER_ADDR 127.0.0.1 and a free MASTER_PORT")
+    return nodes, gpus_per_node, notes
+
+
+def _check_program_start(program: list[str]) -> None:
+    """An option before the program that is not phantora run's: name its equivalent."""
+    if not program:
+        raise PhantoraError("no program to run: give it after `--`, e.g. phantora run -- python train.py")
+    first = program[0]
+    if not first.startswith("-") or first == "-m":
+        return
+    name = first.split("=", 1)[0]
+    key = name.replace("_", "-") if name.startswith("--") else name
+    if key in _TORCHRUN_ELSE:
+        raise PhantoraError(f"torchrun's option {name} has no equivalent in phantora run: {_TORCHRUN_ELSE[key]}")
+    raise PhantoraError(f"unknown option {name} before the program (phantora run --help lists the options; the "
+                        f"program follows `--`, e.g. phantora run --nodes 2 -- python train.py)")
 
 
 @click.command("run", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
@@ -34,14 +137,16 @@ def _write_json(path: str, data: dict) -> None:
 @click.option("--trace", default=None, type=click.Path(dir_okay=False),
               help="HDF5 trace to write (default: phantora-<script>.h5 in the current directory).")
 @click.option("--no-trace", is_flag=True, help="Do not keep a trace.")
+@click.option("--overwrite", is_flag=True,
+              help="Let the trace replace an existing file (refused otherwise, before the run starts).")
 @click.option("--summary-json", default=None, type=click.Path(dir_okay=False),
               help="Also write the summary as JSON (written on failure too, with the error).")
 @click.option("--tokens-per-iteration", type=float, default=None,
               help="Global tokens per iteration (global batch x sequence), for tokens/s/GPU and MFU.")
 @click.option("--model", default=None, help="Model preset, for MFU (TorchTitan's FLOPs per token).")
 @click.option("--seq", type=int, default=None, help="Sequence length, with --model, for the attention FLOPs.")
-@click.option("--hang-timeout", type=float, default=300.0, show_default=True,
-              help="Seconds a rank may stay silent while others wait on it before the run is stopped.")
+@click.option("--hang-timeout", type=float, default=300.0, show_default=True, callback=_positive_seconds,
+              help="Seconds a rank may stay silent while others wait on it before the run is stopped (> 0).")
 @click.option("--algo", type=click.Choice(["ring", "tree"]), default=None, help="Force a collective algorithm.")
 @click.option("--proto", type=click.Choice(["LL", "LL128", "Simple"]), default=None, help="Force an NCCL protocol.")
 @click.option("--torch-cuda", default=None, metavar="VERSION",
@@ -53,15 +158,36 @@ def _write_json(path: str, data: dict) -> None:
 @click.option("--profile", default=None, type=click.Path(exists=True, dir_okay=False),
               help="Measured profile database (HDF5) to cost kernels from (default: the GPU's own, else a "
                    "same-architecture GPU's across).")
+@click.option("--host-cpu", "host_cpu", type=click.Choice(["model", "measured"]), default="model", show_default=True,
+              help="How the framework's own host CPU time is found: 'model' counts its work (Python calls, built-in "
+                   "calls, aten dispatches) and prices it with the cluster's [host] preset, the same on any machine; "
+                   "'measured' takes this machine's thread CPU time (for simulating on a real training host; "
+                   "docs/host-cpu.md).")
 @click.option("--quiet", is_flag=True, help="Do not relay the ranks' output.")
+@click.option("--force-ranks", is_flag=True,
+              help="Start the rank processes even when they are far more than this machine holds.")
+@click.option("--nproc-per-node", "--nproc_per_node", "nproc_per_node", default=None, metavar="G",
+              help="torchrun's name for --gpus-per-node.")
+@click.option("--nnodes", default=None, metavar="N", help="torchrun's name for --nodes.")
+@click.option("--standalone", is_flag=True, hidden=True)
+@click.option("--node-rank", "--node_rank", "node_rank", type=int, default=None, hidden=True)
+@click.option("--master-addr", "--master_addr", "master_addr", default=None, hidden=True)
+@click.option("--master-port", "--master_port", "master_port", default=None, hidden=True)
+@click.option("--rdzv-backend", "--rdzv_backend", "rdzv_backend", default=None, hidden=True)
+@click.option("--rdzv-endpoint", "--rdzv_endpoint", "rdzv_endpoint", default=None, hidden=True)
+@click.option("--rdzv-id", "--rdzv_id", "rdzv_id", default=None, hidden=True)
+@click.option("--rdzv-conf", "--rdzv_conf", "rdzv_conf", default=None, hidden=True)
 @click.argument("program", nargs=-1, type=click.UNPROCESSED, required=True)
 def run_cmd(cluster, nodes, gpus_per_node, gpu, overrides, ranks, pp_degree, trace, no_trace, summary_json,
             tokens_per_iteration, model, seq, hang_timeout, algo, proto, torch_cuda, sdpa, profile, quiet,
-            program):
+            program, force_ranks=False, host_cpu="model", overwrite=False, **torchrun):
     """Run an unmodified PyTorch program on a virtual cluster (a drop-in for torchrun).
 
     Every rank gets RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT as torchrun sets
     them; its output is prefixed with [rankN]. The run ends with a summary and an HDF5 trace for replay.
+    torchrun's --nproc-per-node and --nnodes are taken as --gpus-per-node and --nodes; --standalone,
+    --node-rank 0, --master-addr/--master-port and --rdzv-* are accepted and ignored (one launcher simulates
+    every node). SIGINT, SIGTERM and SIGHUP stop the ranks, close the trace and exit with 128 + the signal.
 
     \b
     Examples:
@@ -70,9 +196,15 @@ def run_cmd(cluster, nodes, gpus_per_node, gpu, overrides, ranks, pp_degree, tra
       phantora run --nodes 1 --gpus-per-node 4 --summary-json s.json -m mypackage.train
     """
     try:
+        nodes, gpus_per_node, notes = torchrun_options(nodes, gpus_per_node, torchrun)
+        _check_program_start(list(program))
+        check_program(program_argv(list(program)))    # a missing script or command: before anything starts
+        for note in notes:
+            click.echo(f"phantora: {note}", err=True)
         overrides = list(overrides) + software_overrides(torch_cuda, sdpa)
         spec = load_cluster(cluster, nodes=nodes, gpus_per_node=gpus_per_node, gpu=gpu, overrides=overrides)
         plan = plan_ranks(ranks, spec.world_size, list(program), pp_degree)
+        crowded = check_process_count(plan, force=force_ranks)
         if profile:
             from ..costmodel.profiledb import ProfileDB
             measured_on = ProfileDB.open(profile).gpu
@@ -86,26 +218,39 @@ def run_cmd(cluster, nodes, gpus_per_node, gpu, overrides, ranks, pp_degree, tra
                 raise PhantoraError("--model needs --seq (the sequence length) for the attention FLOPs")
             flops_per_token = float(load_model(model).flops_per_token(seq))
         trace_path = None if no_trace else (trace or str(default_trace_name(list(program))))
-        opts = RunOptions(program=list(program), spec=spec, plan=plan, trace=trace_path,
+        if trace_path is not None:
+            from ..trace.writer import refuse_existing
+            refuse_existing(trace_path, overwrite, "trace file")      # an earlier trace is never replaced unasked
+        opts = RunOptions(program=list(program), spec=spec, plan=plan, trace=trace_path, overwrite=overwrite,
                           tokens_per_iteration=tokens_per_iteration, flops_per_token=flops_per_token,
-                          hang_timeout_s=hang_timeout, algo=algo, proto=proto, quiet_ranks=quiet,
+                          hang_timeout_s=hang_timeout, algo=algo, proto=proto, quiet_ranks=quiet, host_cpu=host_cpu,
                           env={"PHANTORA_PROFILE": str(Path(profile).resolve())} if profile else {})
     except PhantoraError as exc:
         raise click.ClickException(str(exc)) from None
     note = f" ({plan.mirrored} mirrored)" if plan.mirrored else ""
     click.echo(f"phantora: {spec.world_size} x {spec.gpu} ({spec.name}, {spec.nodes} node(s) x {spec.gpus_per_node}); "
                f"{len(plan.simulated)} rank process(es){note}", err=True)
+    click.echo(f"phantora: {VALUES_NOTE}", err=True)
+    if crowded:
+        click.echo(f"phantora: warning: {crowded}", err=True)
     try:
         summary = run_live(opts, progress=lambda m: click.echo(f"phantora: {m}", err=True))
     except RunFailed as exc:
-        click.echo(f"phantora: the run failed: {exc}", err=True)
+        if exc.signum is not None:
+            kept = f"the trace {trace_path} was closed with the reason" if trace_path else "no trace kept"
+            click.echo(f"phantora: stopped by {signal_text(exc.signum)}: the ranks were stopped, {kept}"
+                       + (f", the summary written to {summary_json}" if summary_json else ""), err=True)
+        else:
+            click.echo(f"phantora: the run failed: {exc}", err=True)
         if exc.summary is not None:
             click.echo(exc.summary.format(), err=True)
             if summary_json:
                 _write_json(summary_json, {**exc.summary.as_dict(), "error": str(exc), "oom": exc.summary.oom})
-        sys.exit(1)
+        elif summary_json:
+            _write_json(summary_json, {"error": str(exc), "oom": exc.oom})
+        sys.exit(128 + exc.signum if exc.signum is not None else 1)
     except PhantoraError as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(summary.format())
-    if summary_json:
-        _write_json(summary_json, {**summary.as_dict(), "error": None})
+    if summary_json and not _write_json(summary_json, {**summary.as_dict(), "error": None}):
+        sys.exit(1)

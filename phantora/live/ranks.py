@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 
@@ -90,3 +91,72 @@ def plan_ranks(spec_text: str, world: int, argv: list[str], pp_degree: int | Non
             j += 1
         rank_map.append(simulated[j])
     return RankPlan(simulated, rank_map, "list")
+
+
+# ---- how many rank processes this machine holds --------------------------------------------------------------------
+
+RANKS_PER_CPU = 4
+"""Rank processes per CPU core before a run is called too large: the ranks wait on one another and on the engine much
+of the time, so a few per core still advance (8 ranks of an FSDP step on 2 cores run at about a quarter the speed)."""
+RANK_MEMORY_BYTES = 512 << 20
+"""Memory counted per rank process: a rank of the reference workload peaks at about 0.35 GiB (torch, the stubs, the
+program's fake tensors), with room for the program's own data."""
+REFUSE_FACTOR = 4
+"""A run of more than this many times the machine's capacity is refused unless forced (--force-ranks)."""
+
+
+def usable_cpus() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def available_memory() -> int | None:
+    """Bytes of memory available to new processes (MemAvailable), or None when the system does not say."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def process_capacity(cpus: int | None = None, memory: int | None = None) -> tuple[int, str]:
+    """How many rank processes this machine holds: RANKS_PER_CPU per usable CPU core and RANK_MEMORY_BYTES of
+    available memory each, whichever allows fewer; and a phrase saying why."""
+    cpus = usable_cpus() if cpus is None else cpus
+    memory = available_memory() if memory is None else memory
+    by_cpu = RANKS_PER_CPU * cpus
+    why = f"{cpus} CPU core(s) x {RANKS_PER_CPU}"
+    if memory is not None:
+        by_mem = int(memory // RANK_MEMORY_BYTES)
+        if by_mem < by_cpu:
+            return max(1, by_mem), f"{memory / 2**30:.1f} GiB available / {RANK_MEMORY_BYTES / 2**30:.1f} GiB per rank"
+    return max(1, by_cpu), why
+
+
+def check_process_count(plan: RankPlan, force: bool = False, cpus: int | None = None,
+                        memory: int | None = None) -> str | None:
+    """A warning when the plan starts more rank processes than the machine holds (None if it fits); PhantoraError
+    when it starts more than REFUSE_FACTOR times that, unless `force`."""
+    n = len(plan.simulated)
+    capacity, why = process_capacity(cpus, memory)
+    if n <= capacity:
+        return None
+    flag = {"all": "all", "auto": "auto"}.get(plan.mode, "LIST")
+    if plan.mode != "auto":
+        advice = ("--ranks auto runs one process per pipeline stage and mirrors the others (same figures on a "
+                  "symmetric program)")
+    else:
+        advice = "fewer pipeline stages (--pp-degree) mean fewer processes"
+    if n > REFUSE_FACTOR * capacity and not force:
+        raise PhantoraError(f"--ranks {flag}: {n} rank processes is far more than this machine holds (about "
+                            f"{capacity}: {why}); {advice}; pass --force-ranks to start them anyway")
+    return (f"{n} rank processes is more than this machine holds (about {capacity}: {why}): the run may be very "
+            f"slow or run out of memory; {advice}")

@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 import queue
 import secrets
+import shutil
+import socket
 import tempfile
 import threading
 import time
@@ -31,6 +33,59 @@ from . import wire
 from .combine import combine
 
 FLUSH_EVERY_S = 10.0
+RUN_DIR_PREFIX = "phantora-run-"
+LAUNCHER_PID_FILE = "launcher.pid"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def clean_stale_run_dirs(base: str | None = None) -> list[str]:
+    """Remove the temporary folders of runs whose launcher is gone (killed with SIGKILL, or a crashed machine):
+    folders `phantora-run-*` of this user whose `launcher.pid` names a process of this host (its name is in the file
+    too: a folder shared with another machine or container is left alone) that no longer exists."""
+    removed = []
+    host = socket.gethostname()
+    for entry in Path(base or tempfile.gettempdir()).glob(RUN_DIR_PREFIX + "*"):
+        try:
+            if entry.stat().st_uid != os.getuid():
+                continue
+            pid_text, _, its_host = (entry / LAUNCHER_PID_FILE).read_text().strip().partition(" ")
+            pid = int(pid_text)
+        except (OSError, ValueError):
+            continue                    # not ours, or being created right now
+        if its_host != host or pid == os.getpid() or _alive(pid):
+            continue
+        shutil.rmtree(entry, ignore_errors=True)
+        removed.append(str(entry))
+    return removed
+
+
+def own_run_dirs(base: str | None = None) -> set[str]:
+    """The run folders this process created (its pid in `launcher.pid`)."""
+    out = set()
+    for entry in Path(base or tempfile.gettempdir()).glob(RUN_DIR_PREFIX + "*"):
+        try:
+            if int((entry / LAUNCHER_PID_FILE).read_text().split()[0]) == os.getpid():
+                out.add(str(entry))
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def make_run_dir() -> str:
+    """A private temporary folder for one run, holding the launcher's pid so that a later run can tell it is stale."""
+    clean_stale_run_dirs()
+    path = tempfile.mkdtemp(prefix=RUN_DIR_PREFIX)
+    Path(path, LAUNCHER_PID_FILE).write_text(f"{os.getpid()} {socket.gethostname()}\n")
+    return path
 
 
 class LiveRunError(PhantoraError):
@@ -62,16 +117,17 @@ class EngineServer:
 
     def __init__(self, spec: ClusterSpec, simulated: list[int], rank_map: list[int], *, trace: str | Path | None,
                  meta: dict, launch_overhead_s: float, cpu_time_scale: float = 1.0, vram_bytes: int | None = None,
-                 algo: str | None = None, proto: str | None = None, allocator: AllocatorConfig | None = None):
+                 algo: str | None = None, proto: str | None = None, allocator: AllocatorConfig | None = None,
+                 overwrite: bool = False):
         self.spec = spec
         self.simulated = list(simulated)
         self.rank_map = list(rank_map)
-        self._tmpdir = tempfile.mkdtemp(prefix="phantora-run-")
+        self._tmpdir = make_run_dir()
         self.address = "unix://" + os.path.join(self._tmpdir, "engine.sock")
         self.authkey = secrets.token_bytes(16)
         self._keep_trace = trace is not None
         self.trace_path = str(trace) if trace is not None else os.path.join(self._tmpdir, "trace.h5")
-        self.writer = TraceWriter(self.trace_path, meta)
+        self.writer = TraceWriter(self.trace_path, meta, overwrite=overwrite)
         self.recorder = Recorder(self.writer)
         self.engine = Engine(spec, simulated=self.simulated, rank_map=self.rank_map, sink=self.recorder,
                              on_sync=self._on_sync, launch_overhead_s=launch_overhead_s,
@@ -393,9 +449,16 @@ class EngineServer:
         except Exception:  # noqa: BLE001 - keep what was flushed before
             pass
         done = all(rs.closed and not rs.queue and rs.waiting is None for rs in self.engine.ranks.values())
-        self.writer.update_meta({"complete_simulation": bool(done and error is None)})
-        self.writer.close(error=error)
-        self.close()
+        missing = self.recorder.missing()      # ops simulated without a row: the trace is cut short
+        if missing and error is None:
+            error = "the trace holds fewer ops than were simulated: " + ", ".join(
+                f"rank {r}: {n} op(s) without a row" for r, n in sorted(missing.items()))
+        self.writer.update_meta({"complete_simulation": bool(done and error is None and not missing)})
+        try:
+            self.writer.close(error=error)   # a TraceError here names where the trace was kept
+        finally:
+            self.trace_path = self.writer.written_path
+            self.close()
 
     def close(self) -> None:
         for lr in self.ranks.values():
@@ -409,10 +472,30 @@ class EngineServer:
         except OSError:
             pass
 
-    def discard_trace(self) -> None:
-        if not self._keep_trace:
-            Path(self.trace_path).unlink(missing_ok=True)
+    def abandon(self) -> None:
+        """End a run that never started (its program could not be started): keep no trace, remove the folder."""
+        discard = getattr(self.writer, "discard", None)
         try:
-            os.rmdir(self._tmpdir)
-        except OSError:
-            pass
+            if discard is not None:
+                discard()                       # the destination is left as it was
+            else:
+                self.writer.close(error="the program could not be started")
+                Path(self.trace_path).unlink(missing_ok=True)
+        finally:
+            self.close()
+            shutil.rmtree(self._tmpdir, ignore_errors=True)
+
+    def stack_file(self, rank: int) -> str:
+        """Where rank `rank` writes its Python stacks when the launcher asks (the failure reports)."""
+        return os.path.join(self._tmpdir, f"stack-{rank}.json")
+
+    @property
+    def run_dir(self) -> str:
+        return self._tmpdir
+
+    def discard_trace(self, keep: bool | None = None) -> None:
+        """Remove the run's temporary folder (socket, stack files, the trace of a --no-trace run), and the trace
+        unless it is kept (`keep`, default: a trace path was given)."""
+        if not (self._keep_trace if keep is None else keep):
+            Path(self.trace_path).unlink(missing_ok=True)
+        shutil.rmtree(self._tmpdir, ignore_errors=True)

@@ -8,8 +8,9 @@ between consecutive ends, so the first (set-up) span never counts. Figures:
 - `tokens_per_s_per_gpu` and `mfu` when the tokens per iteration are known (`--tokens-per-iteration`) and, for MFU,
   the model (`--model`: TorchTitan's FLOPs per token);
 - `peak_memory_bytes`: per simulated rank, the caching allocator's peak reserved and allocated bytes;
-- compute / communication / exposed communication seconds per iteration, averaged over simulated ranks
-  (phantora/trace/summary.py defines them);
+- compute / communication / exposed communication seconds per iteration (each rank's time between its first and
+  last iteration mark over its number of iterations), averaged over simulated ranks: the figures `phantora
+  inspect` and `phantora replay` print (phantora/trace/summary.py, `per_iteration`);
 - the cost of the simulation itself: wall seconds per iteration (between the moments the engine received the
   iteration marks of the slowest rank) and the peak RSS of the rank processes and of the engine.
 """
@@ -52,6 +53,7 @@ class RunSummary:
     rank_peak_rss_bytes: int | None = None            # largest peak RSS of a rank process
     engine_peak_rss_bytes: int | None = None          # peak RSS of the engine (launcher) process
     trace: str | None = None
+    host_cpu: dict | None = None                      # how the framework's host time was found (trace meta's)
 
     @property
     def iteration_s(self) -> float | None:
@@ -120,9 +122,21 @@ class RunSummary:
             if self.engine_peak_rss_bytes:
                 rss += f", {self.engine_peak_rss_bytes / 2**30:.2f} GiB engine"
             lines.append(f"  simulation       {self.wall_per_iteration_s:.2f} s wall per iteration{rss}")
+        if self.host_cpu:
+            lines.append(f"  host CPU         {host_cpu_text(self.host_cpu)}")
         if self.trace:
             lines.append(f"  trace            {self.trace}")
         return "\n".join(lines)
+
+
+def host_cpu_text(host: dict) -> str:
+    """One line on how a run's framework host time was found (`host_cpu` of the trace meta; docs/host-cpu.md)."""
+    scale = host.get("cpu_time_scale", 1.0)
+    scaled = f", x{scale:g}" if scale != 1.0 else ""
+    if host.get("mode") == "measured":
+        return f"measured on this machine (thread CPU time{scaled}): depends on the machine that simulates"
+    return (f"modelled: {host.get('py_call_ns', 0):g} ns per Python call, {host.get('c_call_ns', 0):g} ns per "
+            f"built-in call, {host.get('dispatch_us', 0):g} us per aten dispatch{scaled} (docs/host-cpu.md)")
 
 
 def _ranks(ranks: list[int]) -> str:
@@ -131,7 +145,8 @@ def _ranks(ranks: list[int]) -> str:
 
 def summarize_run(engine, trace_path: str | None, *, tokens_per_iteration: float | None = None,
                   flops_per_token: float | None = None, wall_s: float = 0.0, keep_trace: bool = True,
-                  oom_messages: list[str] = (), wall_marks_s: list[float] | None = None) -> RunSummary:
+                  oom_messages: list[str] = (), wall_marks_s: list[float] | None = None,
+                  host_cpu: dict | None = None) -> RunSummary:
     """The summary of a finished (or stopped) live run from its engine and its closed trace."""
     spec = engine.spec
     gpu = spec.gpu_spec()
@@ -142,7 +157,7 @@ def summarize_run(engine, trace_path: str | None, *, tokens_per_iteration: float
                    iterations_s=iteration_times(marks), peak_memory_bytes=peak_res, peak_allocated_bytes=peak_alloc,
                    vram_bytes=engine.ranks[min(engine.ranks)].allocator.capacity, peak_flops=gpu.peak_flops("bf16"),
                    tokens_per_iteration=tokens_per_iteration, flops_per_token=flops_per_token, wall_s=wall_s,
-                   trace=trace_path if keep_trace else None)
+                   trace=trace_path if keep_trace else None, host_cpu=host_cpu)
     import resource
     s.rank_peak_rss_bytes = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
     s.engine_peak_rss_bytes = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
@@ -159,7 +174,7 @@ def summarize_run(engine, trace_path: str | None, *, tokens_per_iteration: float
 def _from_trace(s: RunSummary, path: str) -> None:
     from ..errors import PhantoraError
     from ..trace.reader import TraceReader
-    from ..trace.summary import summarize_ops
+    from ..trace.summary import per_iteration
 
     try:
         reader = TraceReader(path)
@@ -179,10 +194,10 @@ def _from_trace(s: RunSummary, path: str) -> None:
             window = ops[(ops["issue"] >= lo) & (ops["issue"] < hi)]
             kern = window[window["kind"] == int(OpKind.KERNEL)]
             flops.append(float(np.sum(kern["flops"])) / n)
-            part = summarize_ops(window, reader.names)
+            part = per_iteration(ops, marks)      # the meaning `phantora inspect` and replay give these figures
             for key, out in (("compute", comp), ("communication", comm), ("exposed_communication", exp)):
-                if isinstance(part.get(key), (int, float)):
-                    out.append(part[key] / n)
+                if part is not None:              # None: marks that do not advance
+                    out.append(part[key])
         s.ops = n_ops
         if flops:
             s.flops_per_iteration = sum(flops) / len(flops)

@@ -7,9 +7,12 @@ protocol the NCCL model picked.
 
 from __future__ import annotations
 
+import sys
+import time
 from dataclasses import asdict, dataclass
 
 from ..cluster import ClusterSpec
+from ..errors import PhantoraError
 from .collectives import busbw_factor
 from .network import Network
 
@@ -33,6 +36,14 @@ class Row:
 
 
 def sizes(min_bytes: int = 8, max_bytes: int = 8 * 2**30, factor: int = 2) -> list[int]:
+    """min_bytes, min_bytes x factor, ... up to max_bytes (nccl-tests' -b, -e, -f); refuses ranges that would
+    loop forever or give no row."""
+    if min_bytes < 1:
+        raise PhantoraError(f"the smallest size must be at least 1 byte, got {min_bytes}")
+    if factor < 2:
+        raise PhantoraError(f"the step factor must be a whole number >= 2, got {factor}")
+    if max_bytes < min_bytes:
+        raise PhantoraError(f"the largest size ({max_bytes} B) is below the smallest ({min_bytes} B): no row")
     out, s = [], min_bytes
     while s <= max_bytes:
         out.append(s)
@@ -58,6 +69,50 @@ def bench(spec: ClusterSpec, op: str, size_list: list[int], ranks: tuple[int, ..
         if progress:
             progress(i + 1, len(size_list))
     return rows
+
+
+LARGE_WORLD = 256     # ranks from which a bench is announced before its first row (rows then take seconds each)
+
+
+class RowProgress:
+    """Progress of a long bench on stderr: nothing while the work is quick; once it has run `after_s` seconds, one
+    line `net bench: ROWS/TOTAL rows (OP, S s)` at most every `every_s` seconds, and a last line when it ends.
+    `ranks` >= LARGE_WORLD announces the work at once (its first row alone can take seconds)."""
+
+    def __init__(self, total_rows: int, *, ranks: int = 0, after_s: float = 2.0, every_s: float = 2.0, stream=None,
+                 clock=None):
+        self.total = total_rows
+        self.after_s, self.every_s = after_s, every_s
+        self.stream = stream if stream is not None else sys.stderr
+        self.clock = clock or time.monotonic
+        self.start = self.clock()
+        self.last: float | None = None
+        self.done = 0
+        self.op = ""
+        self.printed_done = -1
+        if ranks >= LARGE_WORLD:
+            print(f"net bench: {total_rows} rows on {ranks} ranks; progress follows", file=self.stream, flush=True)
+
+    def row(self, op: str) -> None:
+        """Count one finished row of `op`."""
+        self.done += 1
+        self.op = op
+        now = self.clock()
+        if now - self.start < self.after_s or (self.last is not None and now - self.last < self.every_s):
+            return
+        self.last = now
+        self._print(now)
+
+    def finish(self) -> None:
+        """The closing line, if any progress was shown."""
+        if self.last is not None and self.printed_done != self.done:
+            self._print(self.clock(), final=True)
+
+    def _print(self, now: float, final: bool = False) -> None:
+        what = "done" if final else self.op
+        self.printed_done = self.done
+        print(f"net bench: {self.done}/{self.total} rows ({what}, {now - self.start:.0f} s)", file=self.stream,
+              flush=True)
 
 
 def format_table(spec: ClusterSpec, op: str, rows: list[Row], n_ranks: int) -> str:

@@ -14,6 +14,8 @@ import math
 
 import numpy as np
 
+from ..errors import SimulationError
+
 _EPS = 1e-9
 
 
@@ -56,6 +58,17 @@ class FlowSim:
     def __init__(self, capacity: np.ndarray, latency: np.ndarray | None = None):
         self.capacity = np.asarray(capacity, dtype=np.float64)
         self.latency = np.zeros_like(self.capacity) if latency is None else np.asarray(latency, dtype=np.float64)
+        # a NaN, infinite or zero rate would never let a flow drain: refuse it here rather than loop
+        bad = ~(np.isfinite(self.capacity) & (self.capacity > 0))
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise SimulationError(f"flow simulator: link {i} has capacity {self.capacity[i]!r} B/s; every link "
+                                  f"needs a finite positive rate (check the cluster's bandwidth figures)")
+        bad = ~(np.isfinite(self.latency) & (self.latency >= 0))
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise SimulationError(f"flow simulator: link {i} has latency {self.latency[i]!r} s; every link needs a "
+                                  f"finite latency >= 0 (check the cluster's hop latencies)")
         self.now = 0.0
         # active (draining) flows, struct-of-arrays
         self._paths: list[np.ndarray] = []
@@ -78,6 +91,8 @@ class FlowSim:
                   path_latency: bool = True) -> None:
         """Start flows now. Zero-size flows and empty paths complete after their latency alone."""
         sizes = np.broadcast_to(np.asarray(sizes, dtype=np.float64), (len(paths),))
+        if not (np.all(np.isfinite(sizes)) and math.isfinite(extra_latency)):
+            raise SimulationError(f"flow simulator: flows of tag {tag} have a non-finite size or latency")
         self._open[tag] = self._open.get(tag, 0) + len(paths)
         self._done_at.setdefault(tag, self.now)
         self.flows_started += len(paths)
@@ -120,7 +135,12 @@ class FlowSim:
             self._recompute()
         if not len(self._remaining):
             return math.inf
-        return self.now + float(np.min(self._remaining / self._rate))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            t = self.now + float(np.min(self._remaining / self._rate))
+        if not t < math.inf:     # a flow with no rate (or NaN) would never drain: stop rather than loop
+            raise SimulationError(f"flow simulator: {len(self._remaining)} active flow(s) can make no progress at "
+                                  f"t = {self.now!r} s (a rate of zero or NaN)")
+        return t
 
     def next_event_time(self) -> float:
         """Earliest time at which a flow drains or completes (inf when idle)."""

@@ -32,6 +32,7 @@ from phantora.engine.ops import Memcpy, OpKind
 from phantora.errors import TraceError
 from phantora.trace import schema as S
 from phantora.trace.reader import TraceReader
+from phantora.trace.writer import link_no_clobber, refuse_existing, temp_sibling
 
 CPU_TID = 0
 
@@ -47,13 +48,40 @@ _SYNC_EVENT = int(OpKind.SYNC_EVENT)
 
 
 def export_perfetto(reader: TraceReader, out_path: str | os.PathLike, *, ranks: list[int] | None = None,
-                    cpu: bool = True, memory: bool = True, signatures: bool = True) -> dict[str, Any]:
+                    cpu: bool = True, memory: bool = True, signatures: bool = True,
+                    overwrite: bool = False) -> dict[str, Any]:
     """Write `reader`'s trace (or the given `ranks`) as trace-event JSON to `out_path` (gzip when it ends in .gz).
 
     `cpu` adds the CPU thread, `memory` the memory counter, `signatures` each kernel's signature key in its args.
+    The JSON is written to a temporary file in the same folder and renamed to `out_path` only once complete, so a
+    failure (an unreadable trace, a full disk, an interrupt) leaves no file behind and `out_path` as it was. An
+    existing `out_path` is refused (TraceError) unless `overwrite`.
     Returns counts: events, slices, flows and the ranks written.
     """
     out_path = os.fspath(out_path)
+    refuse_existing(out_path, overwrite, "Perfetto JSON file")
+    tmp = temp_sibling(out_path)
+    try:
+        counts = _export(reader, out_path, tmp, ranks, cpu, memory, signatures)
+        if overwrite:
+            os.replace(tmp, out_path)
+        else:
+            link_no_clobber(tmp, out_path)
+    except FileExistsError:
+        raise TraceError(f"{out_path}: a file of that name appeared during the export; it was left alone (pass "
+                         f"--overwrite to replace it)") from None
+    except OSError as e:
+        raise TraceError(f"{out_path}: cannot write the Perfetto trace: {e}") from None
+    finally:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+    return counts
+
+
+def _export(reader: TraceReader, out_path: str, tmp: str, ranks: list[int] | None, cpu: bool, memory: bool,
+            signatures: bool) -> dict[str, Any]:
     ranks = list(reader.ranks if ranks is None else ranks)
     exporter = _Exporter(reader, cpu, memory, signatures)
     other = {"source": "phantora", "trace": os.path.basename(reader.path), "format_version": str(reader.version),
@@ -62,7 +90,7 @@ def export_perfetto(reader: TraceReader, out_path: str | os.PathLike, *, ranks: 
         if reader.meta.get(key) is not None:
             other[key] = str(reader.meta[key])
     try:
-        with _open_text(out_path) as out:
+        with _open_text(tmp, out_path.endswith(".gz")) as out:
             out.write('{"displayTimeUnit":"ms","otherData":' + json.dumps(other, ensure_ascii=False)
                       + ',"traceEvents":[\n')
             first = True
@@ -77,8 +105,8 @@ def export_perfetto(reader: TraceReader, out_path: str | os.PathLike, *, ranks: 
             "dependency_flows": exporter.n_dependency_flows, "ranks": ranks}
 
 
-def _open_text(path: str) -> TextIO:
-    if path.endswith(".gz"):
+def _open_text(path: str, gz: bool) -> TextIO:
+    if gz:
         return gzip.open(path, "wt", encoding="utf-8")
     return open(path, "w", encoding="utf-8")
 

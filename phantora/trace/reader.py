@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import zlib
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -39,7 +40,7 @@ for _s in CostSource:
 # mapped separately).
 _DIRECT = (("stream", "stream"), ("sig", "sig"), ("duration", "duration"), ("flops", "flops"),
            ("nbytes", "nbytes"), ("group", "group"), ("arg", "arg"), ("cpu_delta", "cpu_delta"),
-           ("mem", "mem_delta"))
+           ("mem", "mem_delta"), ("host_py", "host_py"), ("host_c", "host_c"), ("host_disp", "host_disp"))
 
 
 class _RowOp(Op):
@@ -47,7 +48,8 @@ class _RowOp(Op):
 
     __slots__ = ()
 
-    def __init__(self, kind, source, name, stream, sig, duration, flops, nbytes, group, arg, cpu_delta, mem):
+    def __init__(self, kind, source, name, stream, sig, duration, flops, nbytes, group, arg, cpu_delta, mem, host_py,
+                 host_c, host_disp):
         self.kind = kind
         self.source = source
         self.name = name
@@ -60,6 +62,9 @@ class _RowOp(Op):
         self.arg = arg
         self.cpu_delta = cpu_delta
         self.mem = mem
+        self.host_py = host_py
+        self.host_c = host_c
+        self.host_disp = host_disp
 
 
 class TraceReader:
@@ -87,18 +92,18 @@ class TraceReader:
     @property
     def complete(self) -> bool:
         """True when the writer closed the file (the run ended, successfully or with a recorded error)."""
-        return bool(self._f.attrs.get("complete", False))
+        return bool(self._attr("complete", False))
 
     @property
     def error(self) -> str | None:
         """The error the run ended with, if the writer recorded one."""
-        e = self._f.attrs.get("error")
+        e = self._attr("error")
         return None if e is None else _text(e)
 
     @property
     def flushes(self) -> int:
         """Number of flushes the writer completed."""
-        return int(self._f.attrs.get("flushes", 0))
+        return int(self._attr("flushes", 0))
 
     @property
     def warning(self) -> str | None:
@@ -234,15 +239,19 @@ class TraceReader:
 
     # -- checks and helpers ------------------------------------------------------------------------------------
 
+    def _attr(self, name: str, default: Any = None) -> Any:
+        """A file attribute; an unreadable one (damaged file header) is a TraceError naming the file."""
+        with self._guard(f"the file attribute '{name}' (damaged file header?)"):
+            return self._f.attrs.get(name, default)
+
     def _check_format(self) -> None:
-        attrs = self._f.attrs
-        fmt = attrs.get("format")
+        fmt = self._attr("format")
         if fmt is None:
             raise TraceError(f"{self.path}: an HDF5 file but not a Phantora trace (no 'format' attribute)")
         if _text(fmt) != S.FORMAT_NAME:
             raise TraceError(f"{self.path}: not a Phantora trace (format attribute is {_text(fmt)!r}, "
                              f"expected {S.FORMAT_NAME!r})")
-        version = attrs.get("version")
+        version = self._attr("version")
         try:
             self._version = int(version)
         except (TypeError, ValueError):
@@ -327,6 +336,13 @@ class TraceReader:
             except (TypeError, ValueError):
                 raise TraceError(f"{self.path}: {what} have type {data.dtype}, expected {dtype}") from None
         missing = [n for n in dtype.names if data.dtype.names is None or n not in data.dtype.names]
+        optional = S.OPTIONAL_OP_COLUMNS if dtype is S.OP_DTYPE else ()
+        if missing and all(n in optional for n in missing):     # an older version: those columns read as 0
+            out = np.zeros(len(data), dtype)
+            for n in dtype.names:
+                if n not in missing:
+                    out[n] = data[n]
+            return out
         if missing:
             raise TraceError(f"{self.path}: {what} lack the column(s) {', '.join(missing)}")
         out = np.empty(len(data), dtype)
@@ -368,6 +384,11 @@ class TraceReader:
 
 def _open(path: str) -> h5py.File:
     if not os.path.exists(path):
+        partial = partial_traces(path)
+        if partial:
+            raise TraceError(f"{path}: no such trace file; the unfinished trace {partial[-1]} is there (its run is "
+                             f"still going, or was killed before it closed the trace; it reads back up to its "
+                             f"last flush)")
         raise TraceError(f"{path}: no such trace file")
     if os.path.isdir(path):
         raise TraceError(f"{path}: is a directory, not a trace file")
@@ -399,6 +420,21 @@ def _open(path: str) -> h5py.File:
             raise TraceError(f"{path}: marked as open for writing by another program; if none is, clear the flag "
                              f"with `h5clear -s {path}` [{msg}]") from None
         raise TraceError(f"{path}: cannot open as HDF5 (corrupt file?): {msg}") from None
+
+
+def partial_traces(path: str) -> list[str]:
+    """Unfinished files a TraceWriter left for `path` (`<name>.<random>.partial`), oldest first."""
+    folder, name = os.path.split(os.path.abspath(path))
+    try:
+        entries = os.listdir(folder)
+    except OSError:
+        return []
+    pattern = re.compile(re.escape(name) + r"\.[0-9a-f]{8}\.partial")      # writer.temp_sibling's names
+    found = [os.path.join(folder, e) for e in entries if pattern.fullmatch(e)]
+    try:
+        return sorted(found, key=os.path.getmtime)
+    except OSError:
+        return sorted(found)
 
 
 def _text(x: Any) -> str:

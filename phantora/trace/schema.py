@@ -38,6 +38,8 @@ META_KEYS = {
     "rank_map": "list[int]: for every rank 0..world_size-1, the simulated rank that represents it",
     "created": "str: ISO 8601 UTC time the trace was created",
     "mode": "str: 'live' (a framework ran) or 'replay' (re-simulated from another trace)",
+    "host_cpu": "dict: how the framework's host time was found: mode ('model' or 'measured'), the prices py_call_ns, "
+                "c_call_ns, dispatch_us, and cpu_time_scale (docs/host-cpu.md)",
 }
 """Documented keys of the JSON object in `meta`; a trace may hold more, and readers ignore keys they do not know."""
 
@@ -58,8 +60,15 @@ OP_DTYPE = np.dtype([
     ("group", "<i4"),        # process-group id, -1 for none
     ("arg", "<i8"),          # root / peer / event id / block id / memcpy direction, by kind
     ("coll", "<i8"),         # row index into the collectives table, -1 for none
+    ("host_py", "<i4"),      # host work since the previous op (modelled host CPU): Python calls,
+    ("host_c", "<i4"),       # built-in function calls,
+    ("host_disp", "<i4"),    # aten ops dispatched; all 0 when the host CPU time was measured
 ])
 """One row per op of a rank's stream, in program order."""
+
+OPTIONAL_OP_COLUMNS = ("host_py", "host_c", "host_disp")
+"""Columns appended after the first traces were written (a compatible addition): a trace without them reads them
+as 0."""
 
 COLL_DTYPE = np.dtype([
     ("id", "<i8"),             # engine's collective id

@@ -4,6 +4,12 @@ communication, iteration times, peak memory and the kernels that take the most t
 Busy times are measures of unions of [start, end) intervals, so overlapping ops count once. Exposed communication
 is the time a rank communicates (collectives, sends, receives) while none of its streams runs a kernel:
 |communication ∪ compute| - |compute|.
+
+Compute, copy, communication, exposed and overlapped communication are given per iteration wherever a rank has two
+or more iteration marks: the time between its first and last mark (intervals clipped to that window, so set-up
+before the first mark never counts) divided by the number of iterations. A rank with fewer marks gets them over its
+whole trace. `time_basis` says which ("per iteration" or "whole trace"); `totals` always holds the whole-trace
+figures. Live-run summaries and replay report the same per-iteration figures (`per_iteration`).
 """
 
 from __future__ import annotations
@@ -55,14 +61,47 @@ def kernel_time_by_source(ops: np.ndarray) -> dict[int, float]:
     return {src: float(t) for src, t in enumerate(sums) if t > 0}
 
 
-def summarize_ops(ops: np.ndarray, names: list[str], iterations: np.ndarray | None = None,
-                  top: int = DEFAULT_TOP) -> dict[str, Any]:
-    """Summary of one rank's op rows (schema.OP_DTYPE); `iterations` defaults to its ITER_MARK end times."""
+PER_ITERATION = "per iteration"
+WHOLE_TRACE = "whole trace"
+TIME_KEYS = ("compute", "copy", "communication", "exposed_communication", "overlapped_communication")
+"""The busy-time figures that are per iteration where iterations exist (see the module docstring)."""
+
+
+def busy_times(ops: np.ndarray, window: tuple[float, float] | None = None) -> dict[str, float]:
+    """Compute, copy, communication, exposed and overlapped communication seconds of one rank's op rows, over
+    `window` (intervals clipped to it) or the whole rows."""
     kind = ops["kind"]
-    gpu = np.isin(kind, [int(k) for k in S.GPU_KINDS])
+    start, end = ops["start"].astype(np.float64), ops["end"].astype(np.float64)
+    if window is not None:
+        start, end = np.clip(start, *window), np.clip(end, *window)
     comp = kind == int(OpKind.KERNEL)
     comm = np.isin(kind, [int(k) for k in S.COMM_KINDS])
     copy = kind == int(OpKind.MEMCPY)
+    compute = union_length(start[comp], end[comp])
+    communication = union_length(start[comm], end[comm])
+    both = comp | comm
+    exposed = max(0.0, union_length(start[both], end[both]) - compute)
+    return {"compute": compute, "copy": union_length(start[copy], end[copy]), "communication": communication,
+            "exposed_communication": exposed, "overlapped_communication": communication - exposed}
+
+
+def per_iteration(ops: np.ndarray, iterations) -> dict[str, float] | None:
+    """`busy_times` per iteration between the first and last of the rank's iteration marks (None with fewer
+    than two marks)."""
+    marks = np.asarray(iterations, np.float64)
+    if len(marks) < 2 or not marks[-1] > marks[0]:
+        return None
+    n = len(marks) - 1
+    return {k: v / n for k, v in busy_times(ops, (float(marks[0]), float(marks[-1]))).items()}
+
+
+def summarize_ops(ops: np.ndarray, names: list[str], iterations: np.ndarray | None = None,
+                  top: int = DEFAULT_TOP) -> dict[str, Any]:
+    """Summary of one rank's op rows (schema.OP_DTYPE); `iterations` defaults to its ITER_MARK end times.
+    The TIME_KEYS figures are per iteration where there are two or more marks (`time_basis`; module docstring)."""
+    kind = ops["kind"]
+    gpu = np.isin(kind, [int(k) for k in S.GPU_KINDS])
+    comp = kind == int(OpKind.KERNEL)
     start, end = ops["start"], ops["end"]
 
     counts = np.bincount(kind, minlength=len(OpKind))
@@ -71,15 +110,12 @@ def summarize_ops(ops: np.ndarray, names: list[str], iterations: np.ndarray | No
     for s in np.unique(ops["stream"][gpu]).tolist():
         sel = gpu & (ops["stream"] == s)
         streams[int(s)] = union_length(start[sel], end[sel])
-    compute = union_length(start[comp], end[comp])
-    communication = union_length(start[comm], end[comm])
-    both = comp | comm
-    exposed = max(0.0, union_length(start[both], end[both]) - compute)
-
     if iterations is None:
         iterations = ops["end"][kind == int(OpKind.ITER_MARK)]
     iterations = np.asarray(iterations, np.float64)
     steps = np.diff(iterations)
+    totals = busy_times(ops)
+    per_iter = per_iteration(ops, iterations)
 
     mem = np.cumsum(ops["mem_delta"], dtype=np.int64)
     t0 = float(ops["issue"].min()) if len(ops) else 0.0
@@ -90,11 +126,9 @@ def summarize_ops(ops: np.ndarray, names: list[str], iterations: np.ndarray | No
         "ops_by_kind": by_kind,
         "time_span": [t0, t1],
         "stream_busy": streams,
-        "compute": compute,
-        "copy": union_length(start[copy], end[copy]),
-        "communication": communication,
-        "exposed_communication": exposed,
-        "overlapped_communication": communication - exposed,
+        **(per_iter if per_iter is not None else totals),
+        "time_basis": PER_ITERATION if per_iter is not None else WHOLE_TRACE,
+        "totals": totals,
         "flops": float(ops["flops"][comp].sum()),
         "iterations": iterations.tolist(),
         "iteration_times": steps.tolist(),
@@ -188,11 +222,22 @@ def format_summary(summary: dict[str, Any]) -> str:
             lines.append(f"  {m}")
     lines.append("")
 
+    bases = {r.get("time_basis", WHOLE_TRACE) for r in summary["ranks"]}
+    if bases == {PER_ITERATION}:
+        lines.append("compute, comm, exposed comm: per iteration (between each rank's first and last iteration "
+                     "mark); streams busy: whole trace")
+    elif bases == {WHOLE_TRACE}:
+        lines.append("compute, comm, exposed comm, streams busy: over the whole trace (fewer than two iteration "
+                     "marks)")
+    elif bases:
+        lines.append("compute, comm, exposed comm: per iteration; ranks marked * over their whole trace (fewer "
+                     "than two iteration marks); streams busy: whole trace")
     header = ["rank", "ops", "iters", "iter time", "compute", "comm", "exposed comm", "peak mem", "streams busy"]
     rows = []
     for r in summary["ranks"]:
         busy = ", ".join(f"{s}:{_time(t)}" for s, t in sorted(r["stream_busy"].items()))
-        rows.append([str(r["rank"]), str(r["n_ops"]), str(len(r["iteration_times"])),
+        star = "*" if len(bases) > 1 and r.get("time_basis") == WHOLE_TRACE else ""
+        rows.append([f"{r['rank']}{star}", str(r["n_ops"]), str(len(r["iteration_times"])),
                      _time(r["mean_iteration"]) if r["mean_iteration"] is not None else "-",
                      _time(r["compute"]), _time(r["communication"]), _time(r["exposed_communication"]),
                      _bytes(r["peak_memory"]), busy or "-"])
@@ -201,7 +246,7 @@ def format_summary(summary: dict[str, Any]) -> str:
     if summary["top_kernels"]:
         lines.append("")
         lines.append("top kernels (all simulated ranks)")
-        total = sum(r["compute"] for r in summary["ranks"]) or 1.0
+        total = sum(r.get("totals", r)["compute"] for r in summary["ranks"]) or 1.0
         krows = [[k["name"], str(k["count"]), _time(k["total"]), _time(k["mean"]), f"{100 * k['total'] / total:.1f}%"]
                  for k in summary["top_kernels"]]
         lines.extend(_table(["kernel", "count", "total", "mean", "of compute"], krows))

@@ -8,6 +8,12 @@ Fixed-size tables are written chunk by chunk with `write_direct_chunk` (see chun
 deflated here, exactly as HDF5's standard `shuffle` + `gzip` filters would, by worker threads (zlib releases the
 GIL), each full chunk as soon as it fills. A flush also writes the partially filled last chunk of each table,
 zero-padded; the next flush that adds rows to that chunk rewrites it.
+
+The file is written under a temporary name in the destination folder (`<name>.<random>.partial`) and renamed to
+its own name by `close()`, so an existing trace is never truncated: the writer refuses a destination that exists
+unless `overwrite=True`, and without it the rename never replaces a file that appeared meanwhile (the trace then
+stays at its temporary name, which the error names). A run killed before `close()` leaves the `.partial` file,
+readable up to its last flush; `TraceReader` names such files when asked for the missing trace.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import secrets
 import sys
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -193,7 +200,8 @@ class TraceWriter:
 
     def __init__(self, path: str | os.PathLike, meta: dict[str, Any] | None = None, *,
                  compression: str | None = "gzip", level: int = 1, chunk_rows: int = DEFAULT_CHUNK_ROWS,
-                 max_pending_rows: int = DEFAULT_MAX_PENDING_ROWS, threads: int | None = None):
+                 max_pending_rows: int = DEFAULT_MAX_PENDING_ROWS, threads: int | None = None,
+                 overwrite: bool = False):
         if compression not in ("gzip", None):
             raise ValueError(f"compression must be 'gzip' or None, got {compression!r}")
         if chunk_rows < 1:
@@ -207,6 +215,7 @@ class TraceWriter:
         self._threads = threads if threads is not None else min(4, os.cpu_count() or 1)
         self._pool: ThreadPoolExecutor | None = None
         self._closed = False
+        self._temp_kept = True
         self._meta_dirty = True
         self._flushes = 0
 
@@ -221,9 +230,12 @@ class TraceWriter:
         self._iterations: dict[int, _ChunkedTable] = {}
         self._pending_ops = 0
 
+        self._overwrite = overwrite
+        self.temp_path = _create_temp(self.path, overwrite)
         try:
-            self._f = h5py.File(self.path, "w", libver=_LIBVER, locking="best-effort")
+            self._f = h5py.File(self.temp_path, "w", libver=_LIBVER, locking="best-effort")
         except (OSError, ValueError) as e:
+            _unlink_quietly(self.temp_path)
             raise TraceError(f"{self.path}: cannot create the trace file: {e}") from None
         try:
             a = self._f.attrs
@@ -235,10 +247,13 @@ class TraceWriter:
             for t in (self._collectives, self._dependencies):
                 t.open(self._f)
             self._f.create_dataset(S.GROUPS, shape=(0,), maxshape=(None,), dtype=S.GROUP_DTYPE, chunks=(256,))
-        except Exception:
+            self.flush()
+        except BaseException:
             self._f.close()
+            _unlink_quietly(self.temp_path)
+            if self._pool is not None:
+                self._pool.shutdown()
             raise
-        self.flush()
 
     # -- tables of names ---------------------------------------------------------------------------------------
 
@@ -306,6 +321,9 @@ class TraceWriter:
         rows["start"] = start
         rows["end"] = end
         rows["cpu_delta"] = [o.cpu_delta for o in ops]
+        rows["host_py"] = [o.host_py for o in ops]
+        rows["host_c"] = [o.host_c for o in ops]
+        rows["host_disp"] = [o.host_disp for o in ops]
         rows["duration"] = [o.duration for o in ops]
         rows["flops"] = [o.flops for o in ops]
         rows["nbytes"] = [o.nbytes for o in ops]
@@ -360,7 +378,9 @@ class TraceWriter:
         self._write(final=False)
 
     def close(self, error: str | None = None) -> None:
-        """Flush, mark the trace complete (recording `error` if the run failed) and close the file."""
+        """Flush, mark the trace complete (recording `error` if the run failed), close the file and rename it to
+        its own name. If the last flush fails, the file still gets its name (it reads back as incomplete, up to
+        the previous flush) and the error is raised."""
         if self._closed:
             return
         try:
@@ -372,6 +392,43 @@ class TraceWriter:
             finally:
                 if self._pool is not None:
                     self._pool.shutdown()
+                self._publish()
+
+    def discard(self) -> None:
+        """Close without keeping anything: the temporary file is removed and the destination left as it was."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._f.close()
+        except Exception:  # noqa: BLE001 - the file is removed anyway
+            pass
+        finally:
+            if self._pool is not None:
+                self._pool.shutdown()
+            _unlink_quietly(self.temp_path)
+
+    @property
+    def written_path(self) -> str:
+        """Where the file is now: its temporary name while open, its own name once closed (unless the rename
+        was refused, see `close`)."""
+        return self.temp_path if self._temp_kept else self.path
+
+    def _publish(self) -> None:
+        """Rename the temporary file to `path`: replacing an existing file only with `overwrite`."""
+        try:
+            if self._overwrite:
+                os.replace(self.temp_path, self.path)
+            else:
+                link_no_clobber(self.temp_path, self.path)
+        except FileExistsError:
+            raise TraceError(f"{self.path}: a file of that name appeared while this trace was written; it was left "
+                             f"alone and this trace kept as {self.temp_path} (pass --overwrite to replace "
+                             f"existing files)") from None
+        except OSError as e:
+            raise TraceError(f"{self.path}: could not rename the finished trace to its name ({e}); it is kept as "
+                             f"{self.temp_path}") from None
+        self._temp_kept = False
 
     def __enter__(self) -> "TraceWriter":
         return self
@@ -438,6 +495,63 @@ def _checked(rows: np.ndarray, dtype: np.dtype, what: str) -> np.ndarray:
         got = f"{type(rows).__name__} {getattr(rows, 'dtype', '')} {getattr(rows, 'shape', '')}".strip()
         raise ValueError(f"{what}: rows must be a 1-D numpy array of the schema dtype, got {got}")
     return rows
+
+
+PARTIAL_SUFFIX = ".partial"
+"""Suffix of the temporary name a trace (or export) is written under: `<name>.<random>.partial`."""
+
+
+def refuse_existing(path: str, overwrite: bool, what: str = "file") -> None:
+    """TraceError when `path` exists and `overwrite` is off (the message names the path and the option)."""
+    if os.path.isdir(path):
+        raise TraceError(f"{path}: is a directory, not a {what}")
+    if not overwrite and os.path.lexists(path):
+        raise TraceError(f"{path}: already exists; refusing to replace it (pass --overwrite to replace it, or "
+                         f"choose another path)")
+
+
+def temp_sibling(path: str) -> str:
+    """A new, empty file in `path`'s folder named `<name>.<random>.partial` (TraceError if it cannot be made)."""
+    folder, name = os.path.split(os.path.abspath(path))
+    for _ in range(100):
+        tmp = os.path.join(folder, f"{name}.{secrets.token_hex(4)}{PARTIAL_SUFFIX}")
+        try:
+            # O_EXCL: a name no one else holds; mode 0o666 under the umask, as the file at its own name would get
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        except FileExistsError:
+            continue
+        except OSError as e:
+            raise TraceError(f"{path}: cannot create a file in {folder}: {e.strerror or e}") from None
+        os.close(fd)
+        return tmp
+    raise TraceError(f"{path}: cannot find a free temporary name in {folder}")
+
+
+def _create_temp(path: str, overwrite: bool) -> str:
+    refuse_existing(path, overwrite, "trace file")
+    return temp_sibling(path)
+
+
+def link_no_clobber(src: str, dst: str) -> None:
+    """Give `src` the name `dst` unless `dst` exists (FileExistsError), atomically where hard links work."""
+    try:
+        os.link(src, dst)
+    except FileExistsError:
+        raise
+    except OSError:
+        # no hard links on this file system: check, then rename (not atomic against a concurrent writer)
+        if os.path.lexists(dst):
+            raise FileExistsError(dst) from None
+        os.rename(src, dst)
+        return
+    os.unlink(src)
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
 
 
 def _meta_json(meta: dict[str, Any]) -> str:

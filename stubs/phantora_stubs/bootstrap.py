@@ -14,6 +14,10 @@
    the global fake mode and the interceptor, the torch.distributed backend, and the post-import patches of
    DeviceMesh, flex attention and torch.distributed.set_timeout.
 
+Before all this, a rank started by `phantora run` arranges to die with its launcher (Linux) and, when
+PHANTORA_STACK_FILE is set, to write its Python stacks there on SIGUSR2 (errors.install_stack_dump), which the launcher
+puts in its hang, mismatch and deadlock reports.
+
 Child processes of a rank (DataLoader workers started with spawn, compile workers) inherit PHANTORA_RANK; they are
 recognised by PHANTORA_RANK_PID (the rank's own pid) and left alone.
 """
@@ -134,6 +138,10 @@ def install() -> context.Context | None:
         return context.CTX
     if is_rank_child():
         return None
+    from .errors import die_with_launcher, install_stack_dump
+    die_with_launcher(os.environ.get("PHANTORA_LAUNCHER_PID"))
+    if os.environ.get("PHANTORA_STACK_FILE"):
+        install_stack_dump(os.environ["PHANTORA_STACK_FILE"])      # the launcher's hang / deadlock reports
     config = StubConfig.from_env()
     gpu = load_gpu(config.gpu)
     capacity = config.vram_bytes or gpu.memory_bytes

@@ -103,32 +103,64 @@ def library_path(torch: TorchInstall) -> Path:
 
 
 def build(torch: TorchInstall, target: Path) -> Path:
-    """Compile the library into `target` (atomically) and return it."""
+    """Compile the fake CUDA library into `target` (atomically) and return it."""
+    abi = _cxx11_abi(torch.lib_dir)
+    return _compile(SOURCE, target, [
+        *VISIBILITY, f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
+        "-I", str(torch.include_dir), "-I", str(torch.include_dir / "torch" / "csrc" / "api" / "include")],
+        ["-L", str(torch.lib_dir), "-lc10", "-ltorch_cpu", f"-Wl,-rpath,{torch.lib_dir}"], "the fake CUDA library")
+
+
+def _compile(source: Path, target: Path, flags: list[str], libs: list[str], what: str) -> Path:
+    """Compile `source` into the shared object `target`: written under a temporary name, then renamed into place,
+    so rank processes that start together never load a half-written file."""
     cxx = find_compiler()
     target.parent.mkdir(parents=True, exist_ok=True)
-    abi = _cxx11_abi(torch.lib_dir)
     fd, tmp = tempfile.mkstemp(prefix=target.stem + ".", suffix=".tmp.so", dir=target.parent)
     os.close(fd)
     fd, script = tempfile.mkstemp(prefix=target.stem + ".", suffix=".map", dir=target.parent)
     with os.fdopen(fd, "w") as f:
         f.write(VERSION_SCRIPT)
-    cmd = [cxx, "-O2", "-shared", "-fPIC", "-std=c++17", *VISIBILITY, f"-Wl,--version-script={script}",
-           f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
-           "-I", str(torch.include_dir), "-I", str(torch.include_dir / "torch" / "csrc" / "api" / "include"),
-           str(SOURCE), "-L", str(torch.lib_dir), "-lc10", "-ltorch_cpu", f"-Wl,-rpath,{torch.lib_dir}",
-           "-o", tmp]
+    cmd = [cxx, "-O2", "-shared", "-fPIC", "-std=c++17", *flags, f"-Wl,--version-script={script}", str(source),
+           *libs, "-o", tmp]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             raise StubBuildError(
-                f"building the fake CUDA library failed ({' '.join(cmd[:1])} exited {proc.returncode}):\n"
-                f"{proc.stderr[-4000:]}")
+                f"building {what} failed ({' '.join(cmd[:1])} exited {proc.returncode}):\n{proc.stderr[-4000:]}")
         os.replace(tmp, target)
     finally:
         for path in (tmp, script):
             if os.path.exists(path):
                 os.unlink(path)
     return target
+
+
+HOST_COUNTER_SOURCE = SOURCE.parent / "host_counter.cpp"
+_HOST_COUNTER: ctypes.CDLL | None = None
+
+
+def host_counter() -> ctypes.CDLL:
+    """The host-work counter library (csrc/host_counter.cpp), built once into the cache and loaded. Idempotent.
+
+    It needs neither torch nor the Python headers, so it is keyed by its source alone."""
+    global _HOST_COUNTER
+    if _HOST_COUNTER is not None:
+        return _HOST_COUNTER
+    key = hashlib.sha256(HOST_COUNTER_SOURCE.read_bytes() + VERSION_SCRIPT.encode()).hexdigest()[:16]
+    path = cache_dir() / f"host_counter-{key}.so"
+    if not path.exists():
+        _compile(HOST_COUNTER_SOURCE, path, ["-fvisibility=hidden"], ["-ldl"], "the host-work counter")
+    try:
+        lib = ctypes.CDLL(str(path))
+    except OSError as exc:
+        raise StubBuildError(f"could not load the host-work counter {path}: {exc}") from None
+    lib.phantora_hc_counts.restype = ctypes.POINTER(ctypes.c_longlong)
+    lib.phantora_hc_counts.argtypes = []
+    lib.phantora_hc_skip_names.restype = ctypes.c_int
+    lib.phantora_hc_skip_names.argtypes = [ctypes.c_long, ctypes.POINTER(ctypes.c_void_p), ctypes.c_int]
+    _HOST_COUNTER = lib
+    return lib
 
 
 _LOADED: ctypes.CDLL | None = None

@@ -7,15 +7,23 @@ After `install(runtime)`:
 - `time.sleep(s)` advances the virtual clock by `s` and only yields the processor (no real wait).
 `time.process_time` and `time.thread_time` stay real: the meter needs them.
 
-`CpuMeter` measures the framework's own CPU time between two entries into the stubs, with `time.thread_time`
-read on entry (`enter`) and on exit (`exit`), so that the stubs' own work and the fake-tensor machinery they run
-are excluded. The reading is per thread: backward passes run on the autograd engine's device thread.
+`CpuMeter` charges the framework's own host work between two entries into the stubs (docs/host-cpu.md):
+- `model` (the default): the work is *counted* — Python function calls and built-in calls (a CPython profile function
+  in C, csrc/host_counter.cpp, active only while the thread is outside the stubs) and aten ops dispatched — and
+  priced by the host preset (phantora/hostcpu.py). The counts depend on the program alone: the simulated time is the
+  same on any machine, loaded or quiet.
+- `measured`: `time.thread_time` read on entry (`enter`) and exit (`exit`), so that the stubs' own work and the
+  fake-tensor machinery they run are excluded, minus the calibrated cost of reaching the stubs (`entry_cost`).
+Either way the reading is per thread: backward passes run on the autograd engine's device thread.
 
-Every read of the virtual clock first charges the CPU time the framework spent since the last entry.
+Every read of the virtual clock first charges the host time the framework spent since the last entry.
 """
 
 from __future__ import annotations
 
+import ctypes
+import gc
+import sys
 import threading
 import time as _time
 from typing import Callable
@@ -25,21 +33,56 @@ _real_sleep = _time.sleep
 REAL = {name: getattr(_time, name) for name in (
     "perf_counter", "perf_counter_ns", "monotonic", "monotonic_ns", "time", "time_ns", "sleep", "thread_time")}
 
+ENTRY_FRAMES = 2
+"""Python calls that reaching the stubs adds to the counts, charged back on every outermost entry: the stub's own
+entry point (a `__torch_dispatch__`, a wrapped `torch.cuda` or `torch.distributed` function, the gc and import hooks)
+and `CpuMeter.enter` itself. Each entry point calls `enter` first."""
+
 
 class CpuMeter:
-    """Framework CPU time between stub entries, per thread.
+    """The framework's host work between stub entries, per thread.
 
-    `enter()` on entry into the stubs adds the thread CPU time since the thread last left them to the thread's
-    pending time; `claim()` hands the pending time to the op (or clock read) that charges it; `exit()` marks the
-    moment the thread leaves. Nested entries (a stub calling another) measure nothing. Time taken on entries that
-    emit nothing (views, host ops) stays pending for the next op.
+    `enter()` on entry into the stubs ends the thread's current stretch of framework work; `claim()` hands the
+    pending host time (seconds) to the op (or clock read) that charges it; `exit()` marks the moment the thread
+    leaves. Nested entries (a stub calling another) do nothing. Work before entries that emit nothing (views, host
+    ops) stays pending for the next op. In `model` mode the work claimed is also kept as counts, which `take()`
+    hands to the op that the runtime issues next on the thread (for the trace; docs/host-cpu.md).
     """
 
     def __init__(self) -> None:
         self._local = threading.local()
+        self.mode = "measured"
+        self.costs = None
         self.entry_cost = 0.0
-        """Seconds subtracted from every gap between two entries: the cost of reaching the stubs themselves (a
-        Python dispatch mode's entry and exit), which a real run does not pay (see `interceptor.calibrate_entry_cost`)."""
+        """`measured` mode: seconds subtracted from every gap between two entries, the cost of reaching the stubs
+        themselves (a Python dispatch mode's entry and exit), which a real run does not pay (see
+        `interceptor.calibrate_entry_cost`)."""
+        self._set_profile = None
+        self._profile_fn = None
+        self._counts_of = None
+        self.dispatch_bias = (0, 0)
+        """`model` mode: Python and built-in calls that a dispatch mode's own machinery adds to each aten op
+        dispatched, charged back per `dispatch()` (`interceptor.calibrate_dispatch_counts`)."""
+        self.last_counts = (0, 0, 0)
+        """`model` mode: the counts of the last claim (calibration)."""
+
+    # -- set-up ------------------------------------------------------------------------------------------------
+    def use_model(self, costs) -> None:
+        """Count and price the framework's work (`costs`: phantora.hostcpu.HostCosts). Loads the counter library."""
+        from . import build
+        lib = build.host_counter()
+        set_profile = ctypes.pythonapi.PyEval_SetProfile
+        set_profile.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+        set_profile.restype = None
+        self._set_profile = set_profile
+        self._profile_fn = ctypes.cast(lib.phantora_hc_profile, ctypes.c_void_p)
+        self._counts_of = lib.phantora_hc_counts
+        _skip_lookup_calls(lib)
+        self.costs = costs
+        self.mode = "model"
+        if _gc_hook not in gc.callbacks:
+            gc.callbacks.append(_gc_hook)
+        _hook_imports()
 
     def _loc(self):
         loc = self._local
@@ -47,12 +90,29 @@ class CpuMeter:
             loc.depth = 0
             loc.pending = 0.0
             loc.last = None
+            loc.counts = None          # this thread's counters (model mode), once the profile function is on
+            loc.base = (0, 0)          # counts at the last claim
+            loc.bias = 0               # entry frames counted since the last claim
+            loc.disp = 0               # aten ops dispatched since the last claim
+            loc.taken = [0, 0, 0]      # counts claimed and not yet handed to an op
         return loc
 
-    def enter(self) -> None:
+    # -- the framework's stretches of work ------------------------------------------------------------------
+    def enter(self, frames: int = ENTRY_FRAMES) -> None:
+        """Entry into the stubs; `frames`: the Python calls from the framework's frame to this one, inclusive."""
+        sp = self._set_profile
+        if sp is not None:
+            sp(None, None)             # first: nothing the stubs do is counted
         loc = self._loc()
         loc.depth += 1
         if loc.depth > 1:
+            return
+        if sp is not None:
+            if loc.counts is None:     # the thread's first entry: counting starts when it leaves
+                loc.counts = self._counts_of()
+                loc.base = (loc.counts[0], loc.counts[1])
+            else:
+                loc.bias += frames
             return
         now = _real_thread_time()
         if loc.last is not None:
@@ -61,29 +121,139 @@ class CpuMeter:
                 loc.pending += gap
         loc.last = now
 
+    def dispatch(self) -> None:
+        """An aten op reached the dispatcher (called by the interceptor on entry)."""
+        self._loc().disp += 1
+
     def claim(self) -> float:
-        """The pending framework CPU time of this thread, reset to 0."""
+        """The pending framework host time of this thread (seconds), reset to 0."""
         loc = self._loc()
-        p = loc.pending
-        loc.pending = 0.0
-        return p
+        if self._set_profile is None:
+            p = loc.pending
+            loc.pending = 0.0
+            return p
+        counts = loc.counts
+        if counts is None:
+            py = c = 0
+        else:
+            now_py, now_c = counts[0], counts[1]
+            py = now_py - loc.base[0] - loc.bias
+            c = now_c - loc.base[1]
+            loc.base = (now_py, now_c)
+        loc.bias = 0
+        disp = loc.disp
+        loc.disp = 0
+        if disp:
+            py -= disp * self.dispatch_bias[0]
+            c -= disp * self.dispatch_bias[1]
+        py = py if py > 0 else 0
+        c = c if c > 0 else 0
+        self.last_counts = (py, c, disp)
+        if not (py or c or disp):
+            return 0.0
+        taken = loc.taken
+        taken[0] += py
+        taken[1] += c
+        taken[2] += disp
+        return self.costs.seconds(py, c, disp)
+
+    def take(self) -> tuple[int, int, int]:
+        """The counts claimed on this thread since the last `take` (model mode), reset."""
+        loc = self._loc()
+        t = loc.taken
+        if not (t[0] or t[1] or t[2]):
+            return (0, 0, 0)
+        loc.taken = [0, 0, 0]
+        return (t[0], t[1], t[2])
 
     def reset(self) -> None:
-        """Forget this thread's pending time and start measuring from now (after the stubs' own setup)."""
+        """Forget this thread's pending work and start measuring from now (after the stubs' own setup)."""
         loc = self._loc()
         loc.pending = 0.0
         loc.depth = 0
         loc.last = _real_thread_time()
+        loc.bias = 0
+        loc.disp = 0
+        loc.taken = [0, 0, 0]
+        if self._set_profile is not None:
+            if loc.counts is None:
+                loc.counts = self._counts_of()
+            loc.base = (loc.counts[0], loc.counts[1])
+            self._set_profile(self._profile_fn, None)
 
     def exit(self) -> None:
         loc = self._loc()
         loc.depth -= 1
         if loc.depth <= 0:
             loc.depth = 0
-            loc.last = _real_thread_time()
+            if self._set_profile is not None:
+                self._set_profile(self._profile_fn, None)     # last: the framework's work is counted again
+            else:
+                loc.last = _real_thread_time()
 
 
 METER = CpuMeter()
+
+SKIPPED_NAMES = ("__eq__", "__ne__", "__hash__")
+"""Functions the counter leaves out, with all they call: containers call them while probing keys, as often as the
+keys' hashes collide, and those hashes may come from object addresses (see csrc/host_counter.cpp)."""
+
+
+def _code_name_offset() -> int:
+    """Byte offset of `co_name` in a code object of this interpreter (found, and checked on several code objects,
+    by looking for the name's address among the object's first words)."""
+    def probe_a():
+        pass
+
+    def probe_bb(x):
+        return x
+
+    codes = [probe_a.__code__, probe_bb.__code__, _code_name_offset.__code__, CpuMeter.claim.__code__]
+    width = ctypes.sizeof(ctypes.c_void_p)
+    for off in range(width, 64 * width, width):
+        if all(ctypes.c_void_p.from_address(id(c) + off).value == id(c.co_name) for c in codes):
+            return off
+    raise RuntimeError("cannot find co_name in this interpreter's code objects")
+
+
+_SKIP_KEEP: list = []
+
+
+def _skip_lookup_calls(lib) -> None:
+    names = [sys.intern(n) for n in SKIPPED_NAMES]
+    _SKIP_KEEP[:] = names
+    array = (ctypes.c_void_p * len(names))(*[id(n) for n in names])
+    if lib.phantora_hc_skip_names(_code_name_offset(), array, len(names)) != 0:
+        raise RuntimeError("the host-work counter cannot reach this interpreter's PyFrame_GetCode / Py_DecRef")
+
+
+def _gc_hook(phase: str, info: dict) -> None:
+    """A garbage collection runs at a moment that depends on allocations the stubs make too: its work (finalizers,
+    weak-reference callbacks) is not counted (model mode)."""
+    if phase == "start":
+        METER.enter()
+    else:
+        METER.exit()
+
+
+def _hook_imports() -> None:
+    """A module imported for the first time runs importlib's Python, which depends on the files on disk (a cached
+    .pyc or not): not counted (model mode). The interpreter looks `_find_and_load` up on importlib at each import."""
+    import importlib._bootstrap as bootstrap
+
+    original = bootstrap._find_and_load
+    if getattr(original, "_phantora", False):
+        return
+
+    def _find_and_load(name, import_):
+        METER.enter()
+        try:
+            return original(name, import_)
+        finally:
+            METER.exit()
+
+    _find_and_load._phantora = True      # type: ignore[attr-defined]
+    bootstrap._find_and_load = _find_and_load
 
 
 class VirtualClock:
@@ -94,9 +264,11 @@ class VirtualClock:
         self.epoch = epoch
 
     def now(self) -> float:
-        rt = self._rt()
-        METER.enter()
+        """Virtual time. Reached from the framework through one of the `time` functions `install` puts in place
+        (their frame, this one and the meter's: 3)."""
+        METER.enter(3)
         try:
+            rt = self._rt()
             d = METER.claim()
             if d:
                 rt.advance_cpu(d)      # type: ignore[attr-defined]
@@ -119,10 +291,9 @@ class VirtualClock:
     def sleep(self, seconds: float) -> None:
         if seconds < 0:
             raise ValueError("sleep length must be non-negative")
-        rt = self._rt()
-        METER.enter()
+        METER.enter(3)
         try:
-            rt.advance_cpu(METER.claim() + float(seconds))    # type: ignore[attr-defined]
+            self._rt().advance_cpu(METER.claim() + float(seconds))    # type: ignore[attr-defined]
         finally:
             _real_sleep(0)
             METER.exit()
@@ -148,20 +319,21 @@ def install(runtime_getter: Callable[[], object], epoch: float | None = None) ->
     def perf_counter() -> float:
         return clock.now()
 
+    # each calls clock.now() itself: the meter charges back the same 3 frames for every clock read
     def perf_counter_ns() -> int:
-        return clock.perf_counter_ns()
+        return int(clock.now() * 1e9)
 
     def monotonic() -> float:
         return clock.now()
 
     def monotonic_ns() -> int:
-        return clock.perf_counter_ns()
+        return int(clock.now() * 1e9)
 
     def time() -> float:
-        return clock.time()
+        return clock.epoch + clock.now()
 
     def time_ns() -> int:
-        return clock.time_ns()
+        return int(clock.epoch * 1e9) + int(clock.now() * 1e9)
 
     def sleep(seconds: float) -> None:
         clock.sleep(seconds)

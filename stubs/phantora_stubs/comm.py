@@ -13,11 +13,13 @@ and waiting on it (Work.wait(), wait_tensor) makes the current stream wait for e
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 from phantora.engine.ops import Op, OpKind
 
 from .clock import METER
+from .errors import note_collective, note_transfer
 
 
 @dataclass
@@ -70,6 +72,19 @@ def launch(ctx, kind: OpKind, name: str, group: GroupInfo, nbytes: int, arg: int
     rt.submit(Op(OpKind.EVENT_RECORD, stream=cur, arg=e1, cpu_delta=METER.claim()))
     rt.submit(Op(OpKind.STREAM_WAIT, stream=group.comm_stream, arg=e1))
     rt.submit(Op(kind, stream=group.comm_stream, name=name, group=group.gid, nbytes=int(nbytes), arg=arg))
+    if kind == OpKind.COLLECTIVE:
+        note_collective(group.gid, name, nbytes)       # where the program issued it, for the launcher's reports
+    elif kind in (OpKind.SEND, OpKind.RECV):
+        note_transfer(group.gid, name, nbytes, group.ranks[arg] if 0 <= arg < len(group.ranks) else arg)
+    batch = getattr(_GROUP, "pending", None)
+    if batch is not None and kind in (OpKind.SEND, OpKind.RECV):
+        # inside ncclGroupStart/End the transfers run at the group's end: so does the completion event
+        for stream, e2 in batch:
+            if stream == group.comm_stream:
+                return e2
+        e2 = dev.new_event_id()
+        batch.append((group.comm_stream, e2))
+        return e2
     e2 = dev.new_event_id()
     rt.submit(Op(OpKind.EVENT_RECORD, stream=group.comm_stream, arg=e2))
     return e2
@@ -80,6 +95,27 @@ def join(ctx, event_id: int) -> None:
     ctx.runtime.submit(Op(OpKind.STREAM_WAIT, stream=ctx.dev.stream(), arg=event_id, cpu_delta=METER.claim()))
 
 
+_GROUP = threading.local()      # depth: open ncclGroupStart calls; pending: completion events of the batch
+
+
 def group_marker(ctx, kind: OpKind) -> None:
-    """GROUP_START / GROUP_END around a batch of point-to-point ops."""
+    """GROUP_START / GROUP_END around a batch of point-to-point ops. Groups nest as NCCL's do (only the outermost
+    pair is emitted); the completion event of every communication stream the batch used is recorded after the
+    GROUP_END, so that waiting on any of the batch's works waits for the whole batch, as with ProcessGroupNCCL's
+    coalesced work."""
+    depth = getattr(_GROUP, "depth", 0)
+    if kind == OpKind.GROUP_START:
+        _GROUP.depth = depth + 1
+        if depth == 0:
+            _GROUP.pending = []
+            ctx.runtime.submit(Op(kind, stream=ctx.dev.stream(), cpu_delta=METER.claim()))
+        return
+    if depth <= 0:
+        return
+    _GROUP.depth = depth - 1
+    if depth > 1:
+        return
+    pending, _GROUP.pending = _GROUP.pending, None
     ctx.runtime.submit(Op(kind, stream=ctx.dev.stream(), cpu_delta=METER.claim()))
+    for stream, e2 in pending:
+        ctx.runtime.submit(Op(OpKind.EVENT_RECORD, stream=stream, arg=e2))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from phantora import hostcpu
 from phantora.software import SDPA_BACKENDS, parse_release
 
 from .errors import StubConfigError
@@ -47,6 +48,8 @@ class StubConfig:
     oplog: str | None              # PHANTORA_OPLOG: write the op stream as JSON lines here (LocalRuntime only)
     torch_cuda: tuple[int, int] | None = None  # PHANTORA_TORCH_CUDA: torch release whose CUDA kernel choices to emulate
     sdpa: tuple[str, ...] = ()     # PHANTORA_SDPA: forced SDPA backend order (cudnn, flash, efficient, math)
+    host_cpu: str = hostcpu.DEFAULT_MODE   # PHANTORA_HOST_CPU: model (counted host work, priced) or measured
+    host_costs: hostcpu.HostCosts | None = None   # PHANTORA_HOST_COSTS: py_call_ns,c_call_ns,dispatch_us
 
     @classmethod
     def from_env(cls) -> "StubConfig":
@@ -79,7 +82,26 @@ class StubConfig:
                    cost_model=os.environ.get("PHANTORA_COSTMODEL") or "phantora.costmodel",
                    launch_overhead_s=overhead_us * 1e-6, epoch=_float("PHANTORA_EPOCH", None),
                    oplog=os.environ.get("PHANTORA_OPLOG") or None, torch_cuda=_release("PHANTORA_TORCH_CUDA"),
-                   sdpa=_sdpa("PHANTORA_SDPA"))
+                   sdpa=_sdpa("PHANTORA_SDPA"), host_cpu=_host_mode(), host_costs=_host_costs())
+
+
+def _host_mode() -> str:
+    try:
+        return hostcpu.check_mode(os.environ.get(hostcpu.ENV_MODE) or hostcpu.DEFAULT_MODE)
+    except ValueError as exc:
+        raise StubConfigError(f"environment variable {hostcpu.ENV_MODE}: {exc}") from None
+
+
+def _host_costs() -> hostcpu.HostCosts:
+    """The prices of the modelled host CPU: from the launcher, or the default host preset's."""
+    raw = os.environ.get(hostcpu.ENV_COSTS)
+    if not raw:
+        from phantora.cluster import HostSpec
+        return hostcpu.HostCosts.from_spec(HostSpec())
+    try:
+        return hostcpu.HostCosts.parse_env(raw)
+    except ValueError as exc:
+        raise StubConfigError(str(exc)) from None
 
 
 def _release(name: str) -> tuple[int, int] | None:

@@ -17,8 +17,9 @@ use_local_synchronization=True)` (only its members call it) gets `LOCAL_GROUP_BI
 Every collective (all_reduce, all_gather incl. the single-tensor and coalesced forms, reduce_scatter likewise,
 broadcast, reduce, all_to_all, barrier) becomes `OpKind.COLLECTIVE` on the group's communication stream; send/recv
 become `OpKind.SEND` / `OpKind.RECV` (peer = group rank), and `batch_isend_irecv` is bracketed by GROUP_START /
-GROUP_END; gather / scatter are point-to-point batches as NCCL does them. `Work.wait()` makes the current stream wait
-for the collective; barrier's wait also blocks the host. Real values travel where they exist (exchange.py): small
+GROUP_END (an NCCL group: its transfers run when it ends, and its one work completes after them; comm.py);
+gather / scatter are point-to-point batches as NCCL does them. `Work.wait()` makes the current stream wait for the
+collective; barrier's wait also blocks the host. Real values travel where they exist (exchange.py): small
 tensors with known values through all_reduce, broadcast and all_gather, and the objects of the object collectives.
 """
 
@@ -170,6 +171,15 @@ class PhantoraProcessGroup(dist.ProcessGroup):
 
     def _set_sequence_number_for_group(self) -> None:
         return None
+
+    def _get_backend(self, device: Any = None) -> "PhantoraProcessGroup":
+        """The backend serving `device`: the group itself (it is its own NCCL or gloo backend)."""
+        return self
+
+    @property
+    def uid(self) -> int:
+        """ProcessGroupNCCL's unique id of the communicator's group: the group id."""
+        return self._info.gid
 
     @property
     def supports_splitting(self) -> bool:
@@ -342,6 +352,21 @@ class PhantoraProcessGroup(dist.ProcessGroup):
         return _split(self, [list(ranks)], timeout=timeout, group_desc=group_desc)
 
 
+class _NcclConfig:
+    """Stands in for ProcessGroupNCCL.NCCLConfig (ncclConfig_t): every field unset (NCCL_CONFIG_UNDEF_INT), as
+    torch creates it; frameworks set CTA counts and cluster sizes on it (only carried along)."""
+
+    UNDEF = -2147483648
+
+    def __init__(self) -> None:
+        self.blocking = self.UNDEF
+        self.cga_cluster_size = self.UNDEF
+        self.min_ctas = self.UNDEF
+        self.max_ctas = self.UNDEF
+        self.split_share = self.UNDEF
+        self.net_name = None
+
+
 class _NcclOptions:
     """Stands in for ProcessGroupNCCL.Options (only carried along)."""
 
@@ -352,7 +377,7 @@ class _NcclOptions:
         self.split_color = 0
         self.global_ranks_in_group: list[int] = []
         self.group_name = ""
-        self.config = None
+        self.config = _NcclConfig()
 
 
 class PhantoraNCCLGroup(PhantoraProcessGroup):
@@ -360,6 +385,7 @@ class PhantoraNCCLGroup(PhantoraProcessGroup):
 
     backend_label = "nccl"
     Options = _NcclOptions
+    NCCLConfig = _NcclConfig
 
     def __init__(self, store: Any, rank: int, size: int, options: Any = None):
         super().__init__(rank, size, _take_pending(rank, size))
@@ -532,18 +558,27 @@ def _wrap_batch_isend_irecv(c10d) -> None:
         return
 
     def batch_isend_irecv(p2p_op_list):
+        """One NCCL group (GROUP_START, the sends and receives, GROUP_END); as ProcessGroupNCCL's coalesced path
+        does, an NCCL group returns a single work for the whole batch (a gloo group one work per op)."""
         ctx = context.get()
         METER.enter()
         try:
             comm.group_marker(ctx, OpKind.GROUP_START)
         finally:
             METER.exit()
-        works = original(p2p_op_list)
-        METER.enter()
         try:
-            comm.group_marker(ctx, OpKind.GROUP_END)
+            works = original(p2p_op_list)
         finally:
-            METER.exit()
+            METER.enter()
+            try:
+                comm.group_marker(ctx, OpKind.GROUP_END)
+            finally:
+                METER.exit()
+        group = p2p_op_list[0].group if p2p_op_list else None
+        if group is None and p2p_op_list:
+            group = c10d._get_default_group()
+        if works and isinstance(group, PhantoraProcessGroup) and group.backend_label != "gloo":
+            return [works[-1]]
         return works
 
     batch_isend_irecv.__phantora__ = True   # type: ignore[attr-defined]

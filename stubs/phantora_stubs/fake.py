@@ -14,7 +14,8 @@ for the rest of the program. Then it applies:
   mask functions, which a compiled run does once) is kept out of the framework CPU time;
 - DTensor's sharding propagation (global-shape fake computation done to learn output metadata) runs in the
   interceptor's shadow mode: no kernel, no memory;
-- the meter's per-op entry cost, calibrated at start-up (`interceptor.calibrate_entry_cost`);
+- the meter: its per-op entry cost calibrated at start-up (`interceptor.calibrate_entry_cost`) with a measured
+  host CPU, or the host-work counter with the modelled one (clock.py);
 - `torch.distributed.set_timeout` when torch lacks it (a no-op);
 - `Tensor.tolist()` / `Tensor.numpy()` answering from the value table (values.py), and `UntypedStorage.resize_`
   reporting size changes of fake CUDA storages to the memory tracker;
@@ -380,8 +381,13 @@ def install(ctx) -> None:
     interceptor.install_sdpa_routing()
     from . import cuda_dispatch
     ctx.extras["fused_cuda_ops"] = cuda_dispatch.install(ctx.config.torch_cuda, ctx.gpu.sm_version, ctx.config.sdpa)
-    METER.entry_cost = interceptor.calibrate_entry_cost()
-    ctx.extras["entry_cost_s"] = METER.entry_cost
+    if ctx.config.host_cpu == "measured":
+        METER.entry_cost = interceptor.calibrate_entry_cost()
+        ctx.extras["entry_cost_s"] = METER.entry_cost
+    else:
+        METER.use_model(ctx.config.host_costs)      # the framework's host work counted and priced (clock.py)
+        METER.dispatch_bias = interceptor.calibrate_dispatch_counts()
+        ctx.extras["dispatch_bias"] = METER.dispatch_bias
     from .bootstrap import when_imported
     when_imported("torch.distributed.tensor._sharding_prop", patch_sharding_propagation)
     mode = make_fake_mode()

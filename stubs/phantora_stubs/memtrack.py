@@ -109,7 +109,8 @@ class MemoryTracker:
             self.runtime.submit(Op(OpKind.FREE, nbytes=nbytes, arg=block, mem=rounded))
 
     def _storage_died(self, key: int) -> None:
-        METER.enter()          # the tracker's own work is not the framework's CPU time
+        METER.enter(3)         # the tracker's own work is not the framework's CPU time (reached through the
+                               # finalizer's __call__, this frame and the meter's)
         try:
             self._release(key)
         finally:

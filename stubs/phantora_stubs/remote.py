@@ -20,6 +20,7 @@ from phantora.engine.allocator import AllocatorConfig, CachingAllocatorModel
 from phantora.engine.ops import Memcpy, Op, OpKind
 from phantora.live import wire
 
+from .clock import METER
 from .errors import StubConfigError
 from .runtime import SYNC_KINDS, Runtime
 
@@ -134,6 +135,8 @@ class RemoteRuntime(Runtime):
 
     # -- internals -------------------------------------------------------------------------------------------------
     def _append(self, op: Op) -> None:
+        if METER.costs is not None:
+            op.host_py, op.host_c, op.host_disp = METER.take()     # the host work its cpu_delta prices
         if self._pending_cpu:
             op.cpu_delta += self._pending_cpu
             self._cpu += (op.cpu_delta - self._pending_cpu) * self.scale

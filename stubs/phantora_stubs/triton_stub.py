@@ -102,10 +102,10 @@ _IMPORTLIB_DIR = os.path.dirname(os.path.abspath(importlib.machinery.__file__))
 def _importer_is_torch() -> bool:
     """Whether the innermost frame outside the import machinery belongs to torch."""
     frame = sys._getframe(1)
-    this = os.path.abspath(__file__)
+    stubs_dir = os.path.dirname(os.path.abspath(__file__)) + os.sep     # the stubs' own import hooks too
     while frame is not None:
         fn = frame.f_code.co_filename
-        if fn.startswith("<") or fn.startswith(_IMPORTLIB_DIR) or os.path.abspath(fn) == this:
+        if fn.startswith("<") or fn.startswith(_IMPORTLIB_DIR) or os.path.abspath(fn).startswith(stubs_dir):
             frame = frame.f_back
             continue
         return _TORCH_DIR is not None and os.path.abspath(fn).startswith(_TORCH_DIR)

@@ -1,0 +1,72 @@
+"""The host-CPU model: what the framework's own work between two GPU ops costs the host, from counted work.
+
+A rank's CPU clock advances, between two ops, by the framework's own host time. By default that time is *modelled*
+(docs/host-cpu.md): the stubs count the host work the framework does between two ops — Python function calls,
+built-in (C) function calls, and aten ops dispatched (kernels, views and metadata ops alike) — and the host preset
+prices each (`[host]` of the cluster preset: `py_call_ns`, `c_call_ns`, `dispatch_us`). The counts are a function
+of the program alone, so the simulated time does not depend on the machine that simulates. Each op carries its
+counts into the trace, and a replay prices them again under another host preset (`phantora replay --set host.…`).
+
+`measured` mode keeps the simulating machine's thread CPU time (times `cpu_time_scale`), for users who simulate on a
+real training host (docs/host-cpu.md, "Calibration").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+MODES = ("model", "measured")
+DEFAULT_MODE = "model"
+ENV_MODE = "PHANTORA_HOST_CPU"
+"""Environment variable that tells a rank the mode (`model` or `measured`)."""
+ENV_COSTS = "PHANTORA_HOST_COSTS"
+"""Environment variable that tells a rank the prices: `py_call_ns,c_call_ns,dispatch_us`."""
+
+
+@dataclass(frozen=True)
+class HostCosts:
+    """Seconds of host time per unit of counted work."""
+
+    py_call_s: float
+    c_call_s: float
+    dispatch_s: float
+
+    @classmethod
+    def from_spec(cls, host) -> "HostCosts":
+        """From a cluster preset's `HostSpec`."""
+        return cls(host.py_call_ns * 1e-9, host.c_call_ns * 1e-9, host.dispatch_us * 1e-6)
+
+    def seconds(self, py: int, c: int, disp: int) -> float:
+        return py * self.py_call_s + c * self.c_call_s + disp * self.dispatch_s
+
+    def seconds_of(self, py: np.ndarray, c: np.ndarray, disp: np.ndarray) -> np.ndarray:
+        """`seconds` over columns (replay)."""
+        return (py.astype(np.float64) * self.py_call_s + c.astype(np.float64) * self.c_call_s
+                + disp.astype(np.float64) * self.dispatch_s)
+
+    def env(self) -> str:
+        return f"{self.py_call_s * 1e9!r},{self.c_call_s * 1e9!r},{self.dispatch_s * 1e6!r}"
+
+    @classmethod
+    def parse_env(cls, text: str) -> "HostCosts":
+        parts = [p.strip() for p in text.split(",")]
+        if len(parts) != 3:
+            raise ValueError(f"{ENV_COSTS}={text!r}: expected py_call_ns,c_call_ns,dispatch_us")
+        py, c, d = (float(p) for p in parts)
+        for v in (py, c, d):
+            if not np.isfinite(v) or v < 0:
+                raise ValueError(f"{ENV_COSTS}={text!r}: each price must be a finite number >= 0")
+        return cls(py * 1e-9, c * 1e-9, d * 1e-6)
+
+    def as_dict(self) -> dict:
+        return {"py_call_ns": self.py_call_s * 1e9, "c_call_ns": self.c_call_s * 1e9,
+                "dispatch_us": self.dispatch_s * 1e6}
+
+
+def check_mode(mode: str) -> str:
+    mode = (mode or DEFAULT_MODE).strip().lower()
+    if mode not in MODES:
+        raise ValueError(f"host CPU mode {mode!r}: expected one of {', '.join(MODES)}")
+    return mode

@@ -1,0 +1,195 @@
+"""The modelled host CPU (phantora/hostcpu.py, stubs/phantora_stubs/clock.py, csrc/host_counter.cpp).
+
+What must hold: the host work is counted exactly (a Python call is one call), the counts do not depend on memory
+addresses or on the machine's load (a run beside CPU-burning processes gives bit-identical simulated times), a replay
+prices the counted work again for another host, and the default prices reproduce the host-bound steps measured on a
+GPU host (groundtruth/hostcpu/).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from phantora.cluster import HostSpec, load_cluster
+from phantora.errors import PresetError
+from phantora.hostcpu import HostCosts
+from phantora.probes.hostcpu import configurations, nnls
+from phantora.replay import replay
+from phantora.trace.reader import TraceReader
+
+from test_live_run import phantora_run
+
+ROOT = Path(__file__).resolve().parent.parent
+WORKLOAD = str(ROOT / "presets" / "workloads" / "llama.py")
+TP_STEP = ("--nodes", "1", "--gpus-per-node", "2", "--ranks", "all", "--quiet", "--", "python", WORKLOAD,
+           "--model", "llama-tiny", "--tp", "2", "--seq", "256", "--steps", "4")
+
+COUNTER_SCRIPT = textwrap.dedent("""
+    import json, sys
+    sys.path.insert(0, sys.argv[1])
+    from phantora_stubs.clock import METER
+    from phantora.hostcpu import HostCosts
+
+    METER.use_model(HostCosts(1e-9, 1e-9, 1e-6))
+
+    def f(x):
+        return x
+
+    class Key:
+        def __init__(self, n):
+            self.n = n
+        def __hash__(self):          # every key collides: a lookup compares with __eq__ as often as keys collide
+            return 0
+        def __eq__(self, other):
+            return isinstance(other, Key) and self.n == other.n
+
+    def measure(work, *a):
+        METER.reset()
+        work(*a)
+        METER.enter()
+        METER.claim()
+        METER.exit()
+        return METER.last_counts
+
+    def calls(n):
+        for i in range(n):
+            f(i)
+
+    def builtins(n):
+        for i in range(n):
+            len(())
+
+    def lookups(table, probe, n):
+        for _ in range(n):
+            probe in table
+
+    few = {Key(0): 0}
+    many = {Key(i): i for i in range(64)}
+    out = {"calls": [measure(calls, 100), measure(calls, 300)],
+           "builtins": [measure(builtins, 100), measure(builtins, 300)],
+           "lookups": [measure(lookups, few, Key(0), 50), measure(lookups, many, Key(63), 50)]}
+    print(json.dumps(out))
+""")
+
+
+def run_counter() -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.run([sys.executable, "-c", COUNTER_SCRIPT, str(ROOT / "stubs")], capture_output=True, text=True,
+                          env=env, timeout=120, cwd=str(ROOT))
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_counter_counts_each_call_once_and_leaves_key_comparisons_out():
+    out = run_counter()
+    (py1, c1, _), (py3, c3, _) = out["calls"]
+    assert py3 - py1 == 200               # 200 more calls of f, nothing else differs
+    assert c3 - c1 == 0
+    (bpy1, bc1, _), (bpy3, bc3, _) = out["builtins"]
+    assert bc3 - bc1 == 200 and bpy3 == bpy1
+    (lpy_few, lc_few, _), (lpy_many, lc_many, _) = out["lookups"]
+    # a lookup among 64 colliding keys calls Key.__eq__ up to 64 times, among one key once: neither is counted
+    assert (lpy_few, lc_few) == (lpy_many, lc_many)
+
+
+def test_tp_step_is_bit_identical_beside_busy_processes(tmp_path):
+    quiet = tmp_path / "quiet.h5"
+    busy = tmp_path / "busy.h5"
+    proc = phantora_run("--trace", str(quiet), *TP_STEP)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    try:
+        proc = phantora_run("--trace", str(busy), *TP_STEP)
+    finally:
+        for b in burners:
+            b.kill()
+            b.wait()
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with TraceReader(quiet) as a, TraceReader(busy) as b:
+        assert a.meta["host_cpu"]["mode"] == "model"
+        for r in a.ranks:
+            ta, tb = a.iterations(r), b.iterations(r)
+            assert len(ta) >= 3
+            assert np.array_equal(ta, tb)                     # bit-identical, not merely close
+            oa, ob = a.ops(r), b.ops(r)
+            assert np.array_equal(oa["host_py"], ob["host_py"]) and np.array_equal(oa["host_disp"], ob["host_disp"])
+            assert oa["host_py"].sum() > 0 and oa["host_disp"].sum() > 0
+
+
+def test_replay_prices_the_counted_work_for_another_host(tmp_path):
+    trace = tmp_path / "tp.h5"
+    proc = phantora_run("--trace", str(trace), *TP_STEP)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    same = replay(trace)
+    assert same.iteration_s == pytest.approx(same.recorded_iteration_s, rel=1e-12)   # recorded prices: the run
+    base = HostSpec()
+    slower = replay(trace, overrides=(f"host.py_call_ns={base.py_call_ns * 2}",
+                                      f"host.dispatch_us={base.dispatch_us * 2}"), out=str(tmp_path / "slow.h5"))
+    costs = HostCosts(base.py_call_ns * 2e-9, base.c_call_ns * 1e-9, base.dispatch_us * 2e-6)
+    extras = []
+    with TraceReader(trace) as before, TraceReader(tmp_path / "slow.h5") as after:
+        for rank in before.ranks:
+            ops = before.ops(rank)
+            expect = costs.seconds_of(ops["host_py"], ops["host_c"], ops["host_disp"])
+            assert np.allclose(after.ops(rank)["cpu_delta"], expect, rtol=1e-12, atol=1e-15)
+            marks = np.nonzero(ops["kind"] == 12)[0]          # OpKind.ITER_MARK
+            window = slice(marks[-2] + 1, marks[-1] + 1)
+            extras.append(float((expect[window] - ops["cpu_delta"][window]).sum()))
+    assert min(extras) > 0
+    # the last step costs more, by at most the extra host time of its ops (its GPU work is unchanged)
+    grown = slower.iterations_s[-1] - same.iterations_s[-1]
+    assert 0 < grown <= max(extras) * (1 + 1e-9)
+
+
+def test_measured_mode_is_kept_and_named(tmp_path):
+    trace = tmp_path / "m.h5"
+    proc = phantora_run("--trace", str(trace), "--host-cpu", "measured", *TP_STEP)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "measured on this machine" in proc.stdout
+    with TraceReader(trace) as r:
+        assert r.meta["host_cpu"]["mode"] == "measured"
+        assert r.ops(0)["host_py"].sum() == 0 and r.ops(0)["cpu_delta"].sum() > 0
+
+
+@pytest.mark.parametrize("key, value", [("py_call_ns", "-1"), ("dispatch_us", "nan"), ("c_call_ns", "inf")])
+def test_host_prices_are_checked(key, value):
+    with pytest.raises(PresetError, match=f"host.{key}"):
+        load_cluster("h100-hgx", overrides=[f"host.{key}={value}"])
+
+
+def test_default_prices_reproduce_the_measured_host_bound_steps():
+    """groundtruth/hostcpu/fit-*.json: the counted work per step of each configuration measured on a GPU host and its
+    measured (host-bound) step time. The default [host] prices must reproduce them as well as the fit does."""
+    fit = json.loads((ROOT / "groundtruth" / "hostcpu" / "fit-h200x2.json").read_text())
+    host = HostSpec()
+    costs = HostCosts.from_spec(host)
+    errors = []
+    for row in fit["rows"]:
+        model = (costs.seconds(row["py_calls"], row["c_calls"], row["dispatches"])
+                 + row["launches"] * host.launch_overhead_us * 1e-6)
+        errors.append((model - row["measured_s"]) / row["measured_s"])
+    errors = np.abs(errors)
+    assert errors.mean() <= 0.15 and errors.max() <= 0.40
+
+
+def test_fit_tools():
+    rng = np.random.default_rng(0)
+    a = rng.uniform(1, 10, size=(12, 3))
+    x = np.array([2.0, 0.0, 0.5])
+    assert np.allclose(nnls(a, a @ x), x, atol=1e-9)         # exact non-negative solution recovered
+    neg = nnls(a, a @ np.array([1.0, -1.0, 0.0]))            # the least-squares solution is negative: clipped
+    assert (neg >= 0).all()
+    configs = configurations(ROOT / "groundtruth" / "hostcpu" / "measure.sh")
+    names = {c[0] for c in configs}
+    for name, gpus, args in configs:
+        assert (ROOT / "groundtruth" / "hostcpu" / "h200x2" / f"{name}.json").exists()
+        assert gpus in (1, 2) and "--seq" in args
+    assert "g2-tp2-none" in names
