@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -369,7 +370,13 @@ def sweep_cmd(trace, vary, cluster, nodes, gpus_per_node, gpu, profile, recost, 
         ax.set_title(f"{Path(trace).name}: {key}")
         ax.grid(alpha=0.3)
         fig.tight_layout()
-        fig.savefig(plot, dpi=120)
+        target = Path(plot)
+        tmp = target.with_name(f".{target.name}.partial{target.suffix}")
+        try:
+            fig.savefig(tmp, dpi=120)                  # whole or not at all: renamed into place once written
+            os.replace(tmp, target)
+        finally:
+            tmp.unlink(missing_ok=True)
         click.echo(f"plot written to {plot}", err=True)
     if oom_values:
         click.echo(f"Error: the replayed run is out of device memory with {key} = {', '.join(oom_values)} "

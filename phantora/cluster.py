@@ -134,6 +134,21 @@ class NcclSpec:
 
 
 @dataclass
+class DeviceMemorySpec:
+    """GPU memory a process holds outside PyTorch's caching allocator (phantora/engine/devmem.py). Defaults measured
+    on H200 with CUDA 13.0, torch 2.11, NCCL 2.28.9, NVLS off (groundtruth/devmem/)."""
+    context_mib: float = 619.0             # the CUDA context, with the libraries' kernels loaded
+    libraries_mib: float = 84.0            # cuBLAS/cuBLASLt (66 MiB) and cuDNN (16 MiB) workspaces and handles
+    nccl_first_comm_mib: float = 840.0     # the first NCCL communicator of a process (its first collective)
+    nccl_comm_mib: float = 485.0           # each further communicator (a process group's first collective)
+    nccl_p2p_mib: float = 446.0            # each point-to-point peer connection (first send/recv to a peer)
+
+    def validate(self) -> None:
+        for key in ("context_mib", "libraries_mib", "nccl_first_comm_mib", "nccl_comm_mib", "nccl_p2p_mib"):
+            check_number(getattr(self, key), f"device_memory.{key}", nonnegative=True)
+
+
+@dataclass
 class ClusterSpec:
     name: str
     gpu: str                               # GPU preset name
@@ -145,6 +160,7 @@ class ClusterSpec:
     host: HostSpec = field(default_factory=HostSpec)
     nccl: NcclSpec = field(default_factory=NcclSpec)
     software: SoftwareSpec = field(default_factory=SoftwareSpec)
+    device_memory: DeviceMemorySpec = field(default_factory=DeviceMemorySpec)
     vram_gib: float = 0.0                  # overrides the GPU preset's memory when > 0
     source: str = ""                       # where the topology figures come from
 
@@ -163,6 +179,7 @@ class ClusterSpec:
         check_number(self.vram_gib, "vram_gib", nonnegative=True)
         self.software.validate()
         self.host.validate()
+        self.device_memory.validate()
 
     @property
     def world_size(self) -> int:

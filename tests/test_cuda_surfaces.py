@@ -106,7 +106,10 @@ def test_memory_queries(surfaces):
     free, total = answer(res, "mem_get_info")
     assert answer(res, "mem_get_info_type") == "tuple"
     assert total == answer(res, "props")["total_memory"]
-    assert free == total - answer(res, "memory_reserved")
+    # as cudaMemGetInfo: free excludes PyTorch's reserved memory and what the process holds outside it (a CUDA
+    # context of about 0.6 GiB, library workspaces, NCCL's buffers: groundtruth/devmem/)
+    outside = total - answer(res, "memory_reserved") - free
+    assert 0.6 * 2 ** 30 < outside < 4 * 2 ** 30
     segments = answer(res, "snapshot")
     assert sum(s["total_size"] for s in segments) == answer(res, "memory_reserved")
     assert sum(s["allocated_size"] for s in segments) == answer(res, "memory_allocated")
@@ -149,8 +152,6 @@ def test_nvml_queries_fail_as_torch_does_without_nvidia_ml_py(surfaces):
         assert res[name].get("error") == "ModuleNotFoundError", res[name]
 
 
-@pytest.mark.xfail(strict=True, reason="is_pinned() on pin_memory()'s result answers False: the interceptor "
-                                       "treats is_pinned as a metadata op before its pinned-memory table")
 def test_pin_memory_result_is_pinned(surfaces):
     res, _, _ = surfaces
     assert answer(res, "is_pinned") is True

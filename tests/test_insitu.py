@@ -28,7 +28,7 @@ def _workload_args(real: dict) -> list[str]:
 def test_single_gpu_step_matches_the_measured_step(gpu, cluster, name):
     real = json.loads((groundtruth_dir() / "insitu" / gpu / f"real-{name}.json").read_text())
     assert real["config"]["world_size"] == 1 and gpu.split("-")[0].upper() in real["device_name"].upper()
-    done = phantora_run("--cluster", cluster, "--nodes", "1", "--gpus-per-node", "1", *DETERMINISTIC, "--",
+    done = phantora_run("--cluster", cluster, "--nodes", "1", "--gpus-per-node", "1", *DETERMINISTIC, "--no-trace", "--",
                         "python", "presets/workloads/llama.py", *_workload_args(real), "--steps", "4", timeout=900)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     m = re.search(r"iteration time\s+median ([0-9.]+) ms", done.stdout)

@@ -55,7 +55,8 @@ def _rank_env(spec, monkeypatch) -> dict[str, str]:
     monkeypatch.setenv("PHANTORA_TORCH_CUDA", "2.3")
     monkeypatch.setenv("PHANTORA_SDPA", "math")
     opts = types.SimpleNamespace(spec=spec, env={})
-    server = types.SimpleNamespace(address="127.0.0.1:1", authkey=b"\x01\x02\x03\x04")
+    server = types.SimpleNamespace(address="127.0.0.1:1", authkey=b"\x01\x02\x03\x04",
+                                   stack_file=lambda rank: f"stacks-{rank}.txt")
     return rank_environment(opts, server, rank=0, port=29500, epoch=0.0)
 
 

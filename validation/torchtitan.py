@@ -41,14 +41,22 @@ def prepare_assets(model: str) -> Path:
     tmp = Path(tempfile.mkdtemp(prefix=f".{model}-", dir=out.parent))
     try:
         write_torchtitan_assets(tmp, model=model)
-        try:
-            tmp.rename(out)
-        except OSError:
-            if not (out / "tokenizer").exists():      # a half-written folder of an older version: set aside
-                stale = Path(tempfile.mkdtemp(prefix=f".{model}-stale-", dir=out.parent))
-                out.rename(stale / model)
+        for _ in range(8):
+            try:
                 tmp.rename(out)
+                break
+            except OSError:
+                if (out / "tokenizer").exists():      # another case put a whole folder in place first
+                    break
+                # a half-written folder of an older version: set it aside (unless another case just did)
+                stale = Path(tempfile.mkdtemp(prefix=f".{model}-stale-", dir=out.parent))
+                try:
+                    out.rename(stale / model)
+                except OSError:
+                    pass
                 shutil.rmtree(stale, ignore_errors=True)
+        if not (out / "tokenizer").exists():
+            raise PhantoraError(f"could not put the {model} assets in place at {out}")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return out

@@ -101,14 +101,17 @@ class AllocatorConfig:
 class DeviceOutOfMemory(SimulationError):
     """A simulated allocation exceeded the device's memory (the stubs raise torch.OutOfMemoryError from it)."""
 
-    def __init__(self, requested: int, rounded: int, allocated: int, reserved: int, capacity: int):
+    def __init__(self, requested: int, rounded: int, allocated: int, reserved: int, capacity: int,
+                 outside: int = 0):
         self.requested = requested
         self.rounded = rounded
         self.allocated = allocated
         self.reserved = reserved
         self.capacity = capacity
+        self.outside = outside
+        beside = f" beside {outside} B outside the allocator" if outside else ""
         super().__init__(f"out of device memory: tried to allocate {rounded} B with {allocated} B allocated "
-                         f"and {reserved} B reserved of {capacity} B")
+                         f"and {reserved} B reserved{beside} of {capacity} B")
 
 
 @dataclass
@@ -206,6 +209,9 @@ class CachingAllocatorModel:
         if capacity_bytes <= 0:
             raise ValueError("capacity must be positive")
         self.capacity = int(capacity_bytes)
+        self.outside = 0
+        """Device bytes held outside the caching allocator (CUDA context, library workspaces, NCCL buffers:
+        engine/devmem.py): new driver memory must fit beside them."""
         # set_per_process_memory_fraction: PyTorch then refuses a new segment or an expansion whenever reserved
         # memory plus the segment size of the request would pass the limit, before asking the driver
         self.fraction_limit = False
@@ -246,7 +252,7 @@ class CachingAllocatorModel:
                 if b is None:
                     self.num_ooms += 1
                     raise DeviceOutOfMemory(int(nbytes), size, self.allocated.current, self.reserved.current,
-                                            self.capacity)
+                                            self.capacity, self.outside)
         self._split(b, size)
         b.allocated = True
         b.requested = int(nbytes)
@@ -327,7 +333,7 @@ class CachingAllocatorModel:
 
     @property
     def free_bytes(self) -> int:
-        return max(self.capacity - self.reserved.current, 0)
+        return max(self.capacity - self.reserved.current - self.outside, 0)
 
     @property
     def stats(self) -> dict[str, int]:
@@ -404,7 +410,7 @@ class CachingAllocatorModel:
         if self._expandable:
             return self._grow(small, stream, size)
         seg = segment_size(size)
-        if self.reserved.current + seg > self.capacity:
+        if self.reserved.current + seg + self.outside > self.capacity:
             return None
         b = _Block(self._fresh_range(seg), seg, stream, small, False)
         self.reserved.add(seg)
@@ -478,7 +484,7 @@ class CachingAllocatorModel:
         them) and is returned out of the pool; the rest of `u` stays unmapped."""
         page = SMALL_BUFFER if u.small else LARGE_BUFFER
         n = min(-(-nbytes // page) * page, u.size)
-        if self.reserved.current + n > self.capacity:
+        if self.reserved.current + n + self.outside > self.capacity:
             return None
         unmapped = self._unmapped[(u.small, u.stream)]
         del unmapped[bisect.bisect_left(unmapped, (u.addr,))]

@@ -29,10 +29,11 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
-from ..cluster import ClusterSpec
+from ..cluster import ClusterSpec, DeviceMemorySpec
 from ..errors import SimulationError
 from ..net.network import Network
 from .allocator import AllocatorConfig, CachingAllocatorModel, DeviceOutOfMemory
+from .devmem import OutsideMemory
 from .ops import Memcpy, Op, OpKind
 
 INF = math.inf
@@ -87,7 +88,7 @@ class _Stream:
 
 
 class _Rank:
-    def __init__(self, rank: int, capacity: int, allocator: AllocatorConfig | None = None):
+    def __init__(self, rank: int, capacity: int, allocator: AllocatorConfig | None = None, device_memory=None):
         self.rank = rank
         self.cpu = 0.0
         self.queue: deque = deque()
@@ -102,6 +103,7 @@ class _Rank:
         self.p2p_seq: dict[tuple[int, int, int], int] = {}
         self.batch: list | None = None
         self.allocator = CachingAllocatorModel(capacity, allocator)
+        self.outside = OutsideMemory(self.allocator, device_memory or DeviceMemorySpec())
         self.emit: Callable[[tuple], None] = _discard
         self.iterations: list[float] = []
         self.last_op: tuple[int, Op] | None = None
@@ -171,7 +173,8 @@ class Engine:
                 raise SimulationError(f"simulated rank {r} must map to itself in the rank map")
         capacity = vram_bytes if vram_bytes is not None else spec.vram_bytes()
         self.allocator_config = allocator or AllocatorConfig()
-        self.ranks: dict[int, _Rank] = {r: _Rank(r, capacity, self.allocator_config) for r in sim}
+        self.ranks: dict[int, _Rank] = {r: _Rank(r, capacity, self.allocator_config, spec.device_memory)
+                                        for r in sim}
         self.sink = sink or (lambda *a: None)
         emitter = getattr(self.sink, "emitter", None)
         for r, rs in self.ranks.items():
@@ -339,6 +342,8 @@ class Engine:
                 continue
             if k == _COLLECTIVE:
                 cpu += launch
+                if op.group not in rs.outside.comms:
+                    rs.outside.op(op)            # the group's NCCL communicator is made now (engine/devmem.py)
                 seq = group_seq.get(op.group, 0)
                 group_seq[op.group] = seq + 1
                 st = streams.get(op.stream)
@@ -373,6 +378,7 @@ class Engine:
             if op.arg == Memcpy.D2H:
                 self._block(rs, ("stream", op.stream), idx, op)
         elif k == K.SEND or k == K.RECV:
+            rs.outside.op(op)
             item = self._p2p_item(rs, idx, op)
             if rs.batch is not None:
                 rs.batch.append(item)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 from pathlib import Path
 
@@ -17,9 +18,14 @@ from .ranks import check_process_count, plan_ranks
 
 
 def _write_json(path: str, data: dict) -> bool:
+    """Write the summary JSON whole or not at all: a temporary file beside it, renamed into place."""
+    target = Path(path)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     try:
-        Path(path).write_text(json.dumps(data, indent=2, default=str) + "\n")
+        tmp.write_text(json.dumps(data, indent=2, default=str) + "\n")
+        os.replace(tmp, target)
     except OSError as exc:
+        tmp.unlink(missing_ok=True)
         click.echo(f"phantora: could not write --summary-json {path}: {exc.strerror or exc}", err=True)
         return False
     return True

@@ -30,6 +30,7 @@ from typing import IO, Callable
 
 from .. import hostcpu
 from ..cluster import ClusterSpec
+from ..engine import devmem
 from ..engine.allocator import AllocatorConfig
 from ..errors import PhantoraError
 from ..paths import project_root
@@ -192,6 +193,7 @@ def rank_environment(opts: RunOptions, server: EngineServer, rank: int, port: in
         "PHANTORA_RUNTIME": server.address, wire.AUTHKEY_ENV: server.authkey.hex(),
         "PHANTORA_LAUNCH_OVERHEAD_US": repr(spec.host.launch_overhead_us),
         "PHANTORA_CPU_TIME_SCALE": repr(spec.host.cpu_time_scale),
+        "PHANTORA_DEVICE_MEMORY": devmem.spec_env(spec.device_memory),
         hostcpu.ENV_MODE: getattr(opts, "host_cpu", hostcpu.DEFAULT_MODE), hostcpu.ENV_COSTS: hostcpu.HostCosts.from_spec(spec.host).env(),
         # string hashes seeded alike in every run: set and dict orders, and the host work they lead to, repeat
         "PYTHONHASHSEED": env.get("PYTHONHASHSEED", "0"),

@@ -54,6 +54,7 @@ class RunSummary:
     engine_peak_rss_bytes: int | None = None          # peak RSS of the engine (launcher) process
     trace: str | None = None
     host_cpu: dict | None = None                      # how the framework's host time was found (trace meta's)
+    outside_bytes: dict[int, dict[str, int]] = field(default_factory=dict)   # per rank: memory outside the allocator
 
     @property
     def iteration_s(self) -> float | None:
@@ -113,6 +114,12 @@ class RunSummary:
             per = ", ".join(f"r{r} {v / gib:.2f}" for r, v in sorted(self.peak_memory_bytes.items())[:8])
             lines.append(f"  peak memory      {peak / gib:.2f} GiB reserved of {self.vram_bytes / gib:.0f} GiB "
                          f"({per} GiB)")
+        if self.outside_bytes:
+            gib = 2 ** 30
+            rank, parts = max(self.outside_bytes.items(), key=lambda kv: sum(kv[1].values()))
+            detail = ", ".join(f"{k} {v / gib:.2f}" for k, v in parts.items() if v)
+            lines.append(f"  outside PyTorch  {sum(parts.values()) / gib:.2f} GiB on r{rank} ({detail} GiB), not "
+                         f"in the reserved memory above")
         if self.oom:
             lines.append("  OUT OF MEMORY    " + "; ".join(self.oom_messages[:3]))
         if self.wall_per_iteration_s is not None:
@@ -159,6 +166,7 @@ def summarize_run(engine, trace_path: str | None, *, tokens_per_iteration: float
                    tokens_per_iteration=tokens_per_iteration, flops_per_token=flops_per_token, wall_s=wall_s,
                    trace=trace_path if keep_trace else None, host_cpu=host_cpu)
     import resource
+    s.outside_bytes = {r: dict(rs.outside.parts) for r, rs in engine.ranks.items()}
     s.rank_peak_rss_bytes = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
     s.engine_peak_rss_bytes = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     wall_marks = [m for m in wall_marks_s if m is not None] if wall_marks_s else []

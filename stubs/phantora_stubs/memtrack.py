@@ -119,9 +119,10 @@ class MemoryTracker:
 
     def _oom_message(self, oom: DeviceOutOfMemory, device_index: int | None) -> str:
         dev = self.dev.device() if device_index is None else device_index
-        free = max(oom.capacity - oom.reserved, 0)
+        free = max(oom.capacity - oom.reserved - oom.outside, 0)
         return (f"CUDA out of memory. Tried to allocate {format_size(oom.rounded)}. GPU {dev} has a total capacity of "
-                f"{format_size(oom.capacity)} of which {format_size(free)} is free. Of the allocated memory "
+                f"{format_size(oom.capacity)} of which {format_size(free)} is free. Including non-PyTorch memory, "
+                f"this process has {format_size(oom.reserved + oom.outside)} memory in use. Of the allocated memory "
                 f"{format_size(oom.allocated)} is allocated by PyTorch, and "
                 f"{format_size(max(oom.reserved - oom.allocated, 0))} is reserved by PyTorch but unallocated. "
                 f"(simulated by phantora on a {self.gpu_name}; allocation at {user_location(3)})")

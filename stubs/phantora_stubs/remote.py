@@ -16,7 +16,9 @@ import sys
 from multiprocessing.connection import Client
 from typing import Any
 
+from phantora.engine import devmem
 from phantora.engine.allocator import AllocatorConfig, CachingAllocatorModel
+from phantora.engine.devmem import OutsideMemory
 from phantora.engine.ops import Memcpy, Op, OpKind
 from phantora.live import wire
 
@@ -41,6 +43,7 @@ class RemoteRuntime(Runtime):
         self.launch = launch_overhead_s
         self.scale = cpu_time_scale
         self._allocator = CachingAllocatorModel(capacity_bytes, AllocatorConfig.from_env(os.environ))
+        self._outside = OutsideMemory(self._allocator, _device_memory())   # as the engine's (engine/devmem.py)
         try:
             self._conn = Client(wire.address_of(address), family="AF_UNIX", authkey=authkey)
         except (OSError, ValueError) as exc:
@@ -148,7 +151,9 @@ class RemoteRuntime(Runtime):
             self._cpu += self.launch
             if k == OpKind.COLLECTIVE:
                 self._coll_seq[op.group] = self._coll_seq.get(op.group, 0) + 1
+                self._outside.op(op)
         elif k == OpKind.SEND or k == OpKind.RECV:
+            self._outside.op(op)
             if self._in_group:
                 self._group_ops += 1
             else:
@@ -188,6 +193,21 @@ class RemoteRuntime(Runtime):
         if msg[0] != tag:
             raise EngineGone(f"rank {self.rank}: unexpected answer {msg[0]!r} from the engine (wanted {tag!r})")
         return msg[1]
+
+
+def _device_memory():
+    """The cluster's [device_memory] sizes, from the launcher (PHANTORA_DEVICE_MEMORY), else the defaults."""
+    from phantora.cluster import DeviceMemorySpec
+
+    raw = os.environ.get("PHANTORA_DEVICE_MEMORY")
+    if not raw:
+        return DeviceMemorySpec()
+    try:
+        values = [float(v) for v in raw.split(",")]
+        return DeviceMemorySpec(**dict(zip(devmem.FIELDS, values, strict=True)))
+    except (ValueError, TypeError):
+        raise StubConfigError(f"PHANTORA_DEVICE_MEMORY={raw!r}: expected {len(devmem.FIELDS)} numbers "
+                              f"({', '.join(devmem.FIELDS)})") from None
 
 
 def remote_factory(config, gpu: Any, capacity: int) -> RemoteRuntime:
