@@ -435,13 +435,13 @@ def export_cmd(trace, out, overwrite):
 
 # ------------------------------------------------------------------------------------------------------- run, groundtruth
 def _register() -> None:
-    from .assets import assets_cmd
+    from .frameworks.commands import assets_cmd
     from .groundtruth.commands import groundtruth as groundtruth_group
     from .live.command import run_cmd
     main.add_command(run_cmd)
     main.add_command(groundtruth_group)
     main.add_command(assets_cmd)
-    main.add_command(_LazyCommand("profile", "phantora.costmodel.profile_cmd", "profile_command",
+    main.add_command(_LazyCommand("profile", "phantora.probes.profile_cmd", "profile_command",
                                   "Measure every kernel signature of traces on the local CUDA GPU into a profile DB."))
 
 

@@ -19,7 +19,7 @@ DTYPES = ("bf16", "fp16", "tf32", "fp32", "fp8")
 @dataclass(frozen=True)
 class PowerSpec:
     """How a GPU's board power depends on its SM clock, measured at its default power limit (`[power]` of a GPU
-    preset; `python -m phantora.costmodel.powerprobe` measures it). phantora.costmodel.power uses it to cost the
+    preset; `python -m phantora.probes.powerprobe` measures it). phantora.costmodel.power uses it to cost the
     same silicon at another power limit."""
     base_w: float                  # power that does not follow the SM clock (the idle GPU's draw)
     dynamic_exponent: float        # under a fixed load, power - base_w grows as (SM clock)^dynamic_exponent

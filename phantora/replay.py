@@ -213,7 +213,8 @@ def _oom_entry(rank: int, op: int, exc) -> dict:
     """An OOM of the allocator model as a dict: rank, op index, message, and the bytes asked for and available."""
     out = {"rank": int(rank), "op": int(op), "message": str(exc)}
     for key, attr in (("requested_bytes", "rounded"), ("allocated_bytes", "allocated"),
-                      ("reserved_bytes", "reserved"), ("capacity_bytes", "capacity")):
+                      ("reserved_bytes", "reserved"), ("capacity_bytes", "capacity"),
+                      ("outside_bytes", "outside")):
         value = getattr(exc, attr, None)
         if value is not None:
             out[key] = int(value)

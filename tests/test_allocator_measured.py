@@ -1,7 +1,7 @@
 """The allocator model against PyTorch's real caching allocator.
 
 groundtruth/allocator/<gpu>/*.json.gz are the allocator event logs of real training runs on a GPU (written by
-`python -m phantora.allocprobe`; groundtruth/allocator/README.md has the commands). Each test replays a log's
+`python -m phantora.probes.allocprobe`; groundtruth/allocator/README.md has the commands). Each test replays a log's
 block allocations and frees through phantora.engine.allocator and compares what the model reserves with what the
 real allocator took from the driver at the same point of the run: its segment allocations and frees, or its page
 mappings and unmappings under expandable segments.

@@ -10,9 +10,10 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from phantora.assets import (DATASET_DIR, DATASET_FILE, TOKENIZER_DIR, assets_cmd, vocabulary,
-                             write_torchtitan_assets)
 from phantora.errors import PhantoraError
+from phantora.frameworks.commands import assets_cmd
+from phantora.frameworks.torchtitan.assets import (DATASET_DIR, DATASET_FILE, TOKENIZER_DIR, vocabulary,
+                                                   write_torchtitan_assets)
 
 # Published vocabulary sizes: Llama 3 (Meta, "The Llama 3 Herd of Models", arXiv:2407.21783, §3.1: 128K tokens;
 # config.json vocab_size 128256) and Llama 2 (arXiv:2307.09288 §2.1: 32k tokens; config.json vocab_size 32000).

@@ -32,3 +32,4 @@ def test_specs_are_valid():
         g.validate()
         # datasheet consistency: dense bf16 is twice dense tf32 on both parts
         assert abs(g.peak_tflops["bf16"] / g.peak_tflops["tf32"] - 2.0) < 0.01
+

@@ -4,11 +4,11 @@ import pytest
 import torch
 
 from phantora.costmodel.families import work
-from phantora.costmodel.measure import (build_inputs, cuda_available, measure_signature, profile_signatures,
-                                        resolve_op)
+from phantora.costmodel.measure import build_inputs, cuda_available, measure_signature, resolve_op
 from phantora.costmodel.profiledb import ProfileDB
 from phantora.costmodel.signature import Signature, signature_of
 from phantora.errors import PhantoraError
+from phantora.probes.calibrate import profile_signatures
 
 from test_costmodel_gpus import H100
 

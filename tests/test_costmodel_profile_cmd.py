@@ -9,10 +9,10 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from phantora.costmodel import profile_cmd
+from phantora.probes import profile_cmd
 from phantora.costmodel.families import NO_KERNEL, classify, work
 from phantora.costmodel.measure import cuda_available
-from phantora.costmodel.profile_cmd import describe, guess_gpu, profile_command, profile_traces
+from phantora.probes.profile_cmd import describe, guess_gpu, profile_command, profile_traces
 from phantora.costmodel.profiledb import ProfileDB
 from phantora.costmodel.signature import Signature, signature_of
 from phantora.engine.ops import OpKind

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from phantora.costmodel import families as fam
-from phantora.costmodel.calibrate import calibration_signatures
+from phantora.probes.calibrate import calibration_signatures
 from phantora.costmodel.families import work
 from phantora.costmodel.profiledb import ProfileDB
 from phantora.costmodel.roofline import (DEFAULT_TABLES, EfficiencyTable, FamilyEfficiency, RooflineModel,

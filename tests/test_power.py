@@ -11,7 +11,7 @@ import pytest
 
 from phantora.costmodel.model import CostModel
 from phantora.costmodel.power import compute_slowdown, sustained_clock_mhz
-from phantora.costmodel.powerprobe import GEMM_CLOCK_PROBES, power_table
+from phantora.probes.powerprobe import GEMM_CLOCK_PROBES, power_table
 from phantora.costmodel.profiledb import ProfileDB
 from phantora.costmodel.select import profiles_dir
 from phantora.costmodel.signature import Signature
@@ -239,7 +239,7 @@ def test_step_compute_share_classifies_kernels_by_the_roofline(tmp_path):
     """The share the [power] table needs, read from a trace: an 8192^3 GEMM (arithmetic intensity ~2,700 FLOP/B,
     far above the H100's ~300) counts as compute-bound, an element-wise add (1/6 FLOP/B) as memory-bound, each with
     its recorded time; kernels outside the whole iterations do not count."""
-    from phantora.costmodel.powerprobe import step_compute_share
+    from phantora.probes.powerprobe import step_compute_share
 
     gemm = Signature("aten.mm.default", ((8192, 8192), (8192, 8192)), ("bfloat16",) * 2, ((8192, 1),) * 2).key()
     add = Signature("aten.add.Tensor", ((1 << 28,), (1 << 28,)), ("bfloat16",) * 2, ((1,), (1,))).key()
@@ -255,7 +255,7 @@ def test_h100_power_table_is_reproduced_from_a_simulated_step(tmp_path, capsys):
     as TOML that reads back."""
     import tomllib
 
-    from phantora.costmodel.powerprobe import main, step_compute_share
+    from phantora.probes.powerprobe import main, step_compute_share
     from test_live_run import DETERMINISTIC, phantora_run
 
     trace = tmp_path / "step.h5"

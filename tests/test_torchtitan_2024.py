@@ -1,4 +1,5 @@
-"""TorchTitan's 2024 recipe (phantora/torchtitan_2024.py) built by TorchTitan 0.3.0's own config parser.
+"""TorchTitan's 2024 recipe (phantora/frameworks/torchtitan/recipe_2024.py) built by TorchTitan 0.3.0's own config
+parser.
 
 Skipped unless torchtitan is importable. Checked against TorchTitan's 2024 code as the module's docstring cites it:
 - every block projects q, k and v with three linears of the model's shapes (2024's `Attention`: wq is dim x dim,
@@ -33,7 +34,8 @@ def parse():
     from torchtitan.config.manager import ConfigManager
 
     def run(config: str, *extra: str):
-        return ConfigManager().parse_args(["--module", "phantora.torchtitan_2024", "--config", config, *extra])
+        return ConfigManager().parse_args(["--module", "phantora.frameworks.torchtitan.recipe_2024", "--config", config,
+                                           *extra])
     return run
 
 

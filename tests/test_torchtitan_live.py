@@ -1,8 +1,9 @@
 """TorchTitan 0.3.0, unmodified, as one simulated rank (LocalRuntime, FSDP over a world of 8).
 
 Skipped unless torchtitan is importable by this interpreter. The rank runs `python -m torchtitan.train` with the
-command line `phantora.frameworks.torchtitan_argv` builds and assets from `phantora.assets`; the checks hold
-TorchTitan's own log lines against physics and independent computations:
+command line `phantora.frameworks.torchtitan.torchtitan_argv` builds and assets from
+`phantora.frameworks.torchtitan.assets`; the checks hold TorchTitan's own log lines against physics and
+independent computations:
 - tokens/s × FLOPs per token (counted here from the model preset's shapes with TorchTitan's MFU formula) is at most
   the GPU's datasheet bf16 peak, and equals the TFLOP/s TorchTitan prints;
 - the printed MFU is the printed TFLOP/s over the peak TorchTitan says it used, and that peak is the datasheet's;
@@ -21,8 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from phantora.assets import write_torchtitan_assets
-from phantora.frameworks import load_framework, torchtitan_argv
+from phantora.frameworks import load_framework
+from phantora.frameworks.torchtitan import torchtitan_argv
+from phantora.frameworks.torchtitan.assets import write_torchtitan_assets
 from phantora.gpus import load_gpu
 from phantora.models import load_model
 

@@ -85,7 +85,7 @@ def test_torchtitan_command_follows_the_record():
         assert args[:3] == ["python", "-m", "torchtitan.train"]
         # runs before torch 2.8 are TorchTitan's 2024 runs: its 2024 recipe (causal SDPA, whole-logit loss) on
         # 0.3.0's trainer
-        module = "phantora.torchtitan_2024" if recipe_2024 else fw.recipe(wl.model).module
+        module = "phantora.frameworks.torchtitan.recipe_2024" if recipe_2024 else fw.recipe(wl.model).module
         assert flag(args, "--module") == module
         layer_ac = wl.activation_checkpointing == "selective-layer"
         if recipe_2024:
@@ -214,7 +214,7 @@ def test_cache_replays_and_sees_a_changed_network(tmp_path):
 def test_ranks_auto_reads_the_pipeline_degree_of_a_torchtitan_command():
     """`--ranks auto` runs one process per pipeline stage: it must read the degree from the command line that
     torchtitan_argv builds (tyro takes hyphenated flags), and from the underscore spelling TorchTitan also takes."""
-    from phantora.frameworks import torchtitan_argv
+    from phantora.frameworks.torchtitan import torchtitan_argv
     from phantora.live.ranks import plan_ranks
 
     argv = torchtitan_argv("llama3-8b", assets_dir="assets", dp_shard=4, pp=4, steps=2)
@@ -229,7 +229,7 @@ def test_parallel_cases_prepare_one_complete_asset_folder(tmp_path, monkeypatch)
     tokenizer and dataset, and no half-written folder may be left behind."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from phantora.assets import DATASET_DIR, DATASET_FILE, TOKENIZER_DIR
+    from phantora.frameworks.torchtitan.assets import DATASET_DIR, DATASET_FILE, TOKENIZER_DIR
     from phantora_validation.torchtitan import assets_root, prepare_assets
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))

@@ -19,7 +19,7 @@ from phantora.groundtruth.schema import Record
 STEPS = 6            # optimizer steps per simulated run: the first is set-up, the rest give the median iteration
 
 # record's activation checkpointing -> TorchTitan 0.3.0's sub-command (its selective AC is per-op only;
-# "selective-layer" is a config of the 2024 recipe, phantora/torchtitan_2024.py)
+# "selective-layer" is a config of the 2024 recipe, phantora/frameworks/torchtitan/recipe_2024.py)
 AC_COMMANDS = {"none": "none", "full": "full", "selective-op": "selective"}
 
 
@@ -31,7 +31,7 @@ def assets_root() -> Path:
 
 def prepare_assets(model: str) -> Path:
     """The assets directory of `model`, written now if missing (`phantora assets torchtitan`)."""
-    from phantora.assets import write_torchtitan_assets
+    from phantora.frameworks.torchtitan.assets import write_torchtitan_assets
 
     out = assets_root() / model
     if (out / "tokenizer").exists():
@@ -113,12 +113,12 @@ def _release_before(record: Record, release: tuple[int, int]) -> bool:
 
 
 def recipe_2024_config(model: str) -> str | None:
-    """The phantora/torchtitan_2024.py config of a model preset (TorchTitan's 2024 recipe: causal SDPA over the
-    whole sequence, loss over the whole logits), or None if it has none."""
-    from phantora import torchtitan_2024
+    """The phantora/frameworks/torchtitan/recipe_2024.py config of a model preset (TorchTitan's 2024 recipe: causal
+    SDPA over the whole sequence, loss over the whole logits), or None if it has none."""
+    from phantora.frameworks.torchtitan import recipe_2024
 
     name = model.replace("-", "_")
-    return name if callable(getattr(torchtitan_2024, name, None)) else None
+    return name if callable(getattr(recipe_2024, name, None)) else None
 
 
 class UnsupportedCase(PhantoraError):
@@ -127,8 +127,10 @@ class UnsupportedCase(PhantoraError):
 
 def torchtitan_args(record: Record, *, steps: int = STEPS) -> list[str]:
     """TorchTitan flags for the record's model, batch, sequence length, parallelism and checkpointing (through
-    `phantora.frameworks.torchtitan_argv`, which holds the model configs and the flags of a simulated run)."""
-    from phantora.frameworks import load_framework, torchtitan_argv
+    `phantora.frameworks.torchtitan.torchtitan_argv`, which holds the model configs and the flags of a simulated
+    run)."""
+    from phantora.frameworks import load_framework
+    from phantora.frameworks.torchtitan import torchtitan_argv
 
     wl = record.workload
     recipe = load_framework("torchtitan").recipe(wl.model)
@@ -141,11 +143,12 @@ def torchtitan_args(record: Record, *, steps: int = STEPS) -> list[str]:
     p = wl.parallelism
     if p.ep > 1:
         raise UnsupportedCase("expert parallelism is not mapped yet")
-    # records measured before torch 2.8 ran the TorchTitan of 2024, whose recipe phantora/torchtitan_2024.py keeps
+    # records measured before torch 2.8 ran the TorchTitan of 2024, whose recipe
+    # phantora/frameworks/torchtitan/recipe_2024.py keeps
     config = recipe_2024_config(wl.model) if _release_before(record, (2, 8)) else None
     if wl.activation_checkpointing == "selective-layer":
         # 2024's per-layer checkpointing: a config of the 2024 recipe sets it (TorchTitan 0.3.0 has no sub-command)
-        from phantora.torchtitan_2024 import LAYER_AC_EVERY
+        from phantora.frameworks.torchtitan.recipe_2024 import LAYER_AC_EVERY
 
         period = wl.ac_layer_period or LAYER_AC_EVERY
         if config is None or period != LAYER_AC_EVERY:
@@ -161,7 +164,7 @@ def torchtitan_args(record: Record, *, steps: int = STEPS) -> list[str]:
     argv = torchtitan_argv(wl.model, assets_dir=assets_root() / wl.model, dp_shard=p.dp_shard, tp=p.tp, pp=p.pp,
                            cp=p.cp, dp_replicate=p.dp_replicate, local_batch=wl.micro_batch, seq_len=wl.seq_len,
                            ac=ac, steps=steps, python="python",
-                           module="phantora.torchtitan_2024" if config else None, config=config)
+                           module="phantora.frameworks.torchtitan.recipe_2024" if config else None, config=config)
     return argv[argv.index("--module"):]      # without `python -m torchtitan.train`
 
 

@@ -3,6 +3,8 @@
 Sources, in order: a measured profile database of the GPU (`ProfileDB`), live measurement on a local CUDA GPU
 (`measure`), another GPU's profile scaled across GPUs, and a roofline model with per-family efficiencies
 (`RooflineModel`). `CostModel` ties them together; docs/cost-model.md describes formulas, tables and file format.
+The programs that measure profiles and fit the tables (`phantora profile`, the calibration set, the power probe)
+are in phantora/probes/, which nothing here imports.
 """
 
 from .cost import Cost

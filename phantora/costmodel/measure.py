@@ -17,8 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from ..errors import PhantoraError
 from . import families as fam
@@ -428,43 +427,3 @@ def measure_signature(sig: Signature, repeats: int = DEFAULT_REPEATS, *, warmup:
             raise
         except Exception as e:  # noqa: BLE001 - an op that fails on this GPU/torch is reported, not fatal
             raise PhantoraError(f"cannot measure {sig.op}: {type(e).__name__}: {e}") from None
-
-
-@dataclass
-class ProfileReport:
-    """Outcome of `profile_signatures`."""
-
-    measured: int = 0
-    skipped: int = 0                         # views, no-kernel ops, already in the database
-    failed: list[tuple[str, str]] = field(default_factory=list)   # (signature key, message)
-
-
-def profile_signatures(sigs: Iterable[Signature], db: Any, progress: Callable[..., None] | None = None, *,
-                       repeats: int = DEFAULT_REPEATS, warmup: int = DEFAULT_WARMUP, skip_existing: bool = True,
-                       flush_l2: bool = True) -> ProfileReport:
-    """Measure each distinct signature and add it to `db` (a ProfileDB; not saved here).
-
-    `progress(done, total, sig, status)` is called after each signature, status being 'measured', 'skipped' or
-    'failed: <message>'. A signature that cannot be measured is reported in the result, not raised.
-    """
-    require_cuda()
-    unique: dict[str, Signature] = {}
-    for s in sigs:
-        unique.setdefault(s.key(), s)
-    report = ProfileReport()
-    total = len(unique)
-    for done, (key, sig) in enumerate(unique.items(), 1):
-        if fam.classify(sig.op) in fam.NO_KERNEL or fam.work(sig).is_view or (skip_existing and key in db):
-            report.skipped += 1
-            status = "skipped"
-        else:
-            try:
-                db.add(sig, measure_signature(sig, repeats, warmup=warmup, flush_l2=flush_l2))
-                report.measured += 1
-                status = "measured"
-            except PhantoraError as e:
-                report.failed.append((key, str(e)))
-                status = f"failed: {e}"
-        if progress is not None:
-            progress(done, total, sig, status)
-    return report

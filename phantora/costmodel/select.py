@@ -1,6 +1,8 @@
 """Which measured profiles a cost model uses for a GPU, by default.
 
-- the GPU's own profile database, `presets/profiles/<gpu preset>.h5`, when one was measured (or an explicit path);
+- the GPU's own profile database, `presets/profiles/<gpu preset>.h5`, when one was measured (or an explicit path),
+  and for the signatures it lacks, the profile of another measured GPU of the same architecture scaled by the two
+  GPUs' roofline ratio (an H200's from the H100's and the other way round);
 - otherwise, as the cross-GPU fallback, the profile of a measured GPU of the same architecture, the one with the
   closest memory bandwidth (an H100 96 GB HBM2e is costed from the H100 SXM 80 GB profile, an H200 NVL from the
   H200 SXM's, scaled by the two GPUs' roofline ratio), or of any measured GPU
@@ -42,13 +44,29 @@ def fallback_gpu(gpu: GPUSpec) -> str | None:
                                                    / gpu.hbm_bandwidth_gbyte_per_s)))
 
 
+def same_arch_peer(gpu: GPUSpec, own: str) -> str | None:
+    """Another measured GPU of `gpu`'s architecture, the closest in memory bandwidth (None if there is none)."""
+    peers = [m for m in measured_gpus() if m not in (gpu.name, own) and load_gpu(m).arch.lower() == gpu.arch.lower()]
+    if not peers:
+        return None
+    return min(peers, key=lambda m: abs(math.log(load_gpu(m).hbm_bandwidth_gbyte_per_s
+                                                 / gpu.hbm_bandwidth_gbyte_per_s)))
+
+
 def default_cost_model(gpu: GPUSpec, profile: str | Path | None = None, **kwargs) -> CostModel:
     """A CostModel for `gpu` with its own profile (or `profile`) and, failing that, a cross-GPU fallback."""
     if profile and not Path(profile).exists():
         raise PhantoraError(f"profile database {profile} does not exist")
     own = Path(profile) if profile else profiles_dir() / f"{gpu.name}.h5"
     if own.exists():
-        return CostModel(gpu, profile_db=ProfileDB.open(own), **kwargs)
+        # signatures the GPU's own database lacks come from a measured GPU of its architecture, scaled across
+        # (an H200's from the H100's and the other way round), before the roofline model
+        db = ProfileDB.open(own)
+        peer = same_arch_peer(gpu, db.gpu)
+        if peer is None:
+            return CostModel(gpu, profile_db=db, **kwargs)
+        return CostModel(gpu, profile_db=db, fallback_gpu_db=ProfileDB.open(profiles_dir() / f"{peer}.h5"),
+                         **kwargs)
     other = fallback_gpu(gpu)
     if other is None:
         return CostModel(gpu, **kwargs)

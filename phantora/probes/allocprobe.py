@@ -1,6 +1,6 @@
 """Record what PyTorch's CUDA caching allocator does during a real run (device tool).
 
-    python -m phantora.allocprobe --out OUT.json.gz -- SCRIPT.py [ARGS...]
+    python -m phantora.probes.allocprobe --out OUT.json.gz -- SCRIPT.py [ARGS...]
 
 Runs the script in this process with `torch.cuda.memory._record_memory_history` on from the first allocation, then
 writes every allocator event of device 0 in the order it happened: block allocations and frees (size, stream,
@@ -36,7 +36,7 @@ def _events(snapshot: dict, device: int) -> list[list]:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    p = argparse.ArgumentParser(prog="python -m phantora.allocprobe",
+    p = argparse.ArgumentParser(prog="python -m phantora.probes.allocprobe",
                                 usage="%(prog)s --out OUT.json.gz -- SCRIPT.py [ARGS...]",
                                 description=__doc__.split("\n\n")[0])
     p.add_argument("--out", required=True, help="output file (.json.gz)")
@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.cuda.memory._record_memory_history(enabled=None)
     events = _events(snap, torch.cuda.current_device())
     stats = {k: int(v) for k, v in torch.cuda.memory_stats().items() if isinstance(v, (int, float))}
-    info = {"command": " ".join(["python", "-m", "phantora.allocprobe"] + argv[:cut] + ["--"] + script),
+    info = {"command": " ".join(["python", "-m", "phantora.probes.allocprobe"] + argv[:cut] + ["--"] + script),
             "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
             "capacity_bytes": torch.cuda.get_device_properties(0).total_memory,
             "memory_fraction": args.memory_fraction,

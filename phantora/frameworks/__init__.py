@@ -1,25 +1,36 @@
-"""Training frameworks and the model presets they can train: presets/frameworks/<name>.toml.
+"""The training frameworks Phantora knows, and the model presets they can train.
 
-A framework preset says, per model preset, which of the framework's own model definitions and configs reproduces
-it (TorchTitan: `--module` and `--config`), whether the framework release supports the model at all, and whether
-a simulated run of it has been verified; plus the flags every simulated run gets (no checkpoints, no profiler,
-no CUDA graphs...). `framework_table()` is the model × framework table `phantora presets` prints;
-`torchtitan_argv(...)` builds the full command line of a simulated TorchTitan run.
+One package per framework (`phantora/frameworks/<name>/`: its command line, the model configs it imports by module
+path inside a simulated rank, its local assets), named in `FRAMEWORKS`, and one preset per framework
+(`presets/frameworks/<name>.toml`). A framework preset says, per model preset, which of the framework's own model
+definitions and configs reproduces it (TorchTitan: `--module` and `--config`), whether the framework release
+supports the model at all, and whether a simulated run of it has been verified; plus the flags every simulated run
+gets (no checkpoints, no profiler, no CUDA graphs...). `framework_table()` is the model × framework table
+`phantora presets` prints; `commands.assets_cmd` is `phantora assets <framework>`, one sub-command per framework
+package that has an `assets_command()`.
+
+Adding a framework: copy `phantora/frameworks/torchtitan/` to `phantora/frameworks/<name>/` and adapt it, add its
+line to `FRAMEWORKS`, and write `presets/frameworks/<name>.toml` (docs/architecture.md, "Adding a framework").
+Nothing here imports a framework package until it is asked for, and none of it imports the framework itself: a
+framework imports its config modules inside every simulated rank, and with them this package, so it stays light.
 """
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from types import ModuleType
 
-from .errors import PhantoraError, PresetError
-from .paths import presets_dir
-from .tomlconf import build, read_toml
+from ..errors import PresetError
+from ..paths import presets_dir
+from ..tomlconf import build, read_toml
 
-AC_MODES = ("selective", "full", "none", "memory-budget")
-"""TorchTitan 0.3.0's activation-checkpointing choices (the `activation-checkpoint:<mode>` sub-command)."""
-
+FRAMEWORKS: dict[str, str] = {
+    "torchtitan": "phantora.frameworks.torchtitan",
+}
+"""Framework name (its preset's file name) -> its package: the registry."""
 
 @dataclass(frozen=True)
 class ModelRecipe:
@@ -94,7 +105,7 @@ class TableRow:
 
 def framework_table(frameworks: list[str] | None = None) -> list[TableRow]:
     """Every model preset × framework: whether the framework trains it, and with which module/config."""
-    from .models import list_models
+    from ..models import list_models
 
     rows = []
     for fw_name in frameworks or list_frameworks():
@@ -118,47 +129,9 @@ def format_table(rows: list[TableRow]) -> str:
     return "\n".join(lines)
 
 
-def torchtitan_argv(model: str, *, assets_dir: str | Path, dp_shard: int = -1, tp: int = 1, pp: int = 1,
-                    cp: int = 1, dp_replicate: int = 1, local_batch: int | None = None, seq_len: int | None = None,
-                    ac: str | None = None, steps: int = 10, extra: list[str] | None = None,
-                    python: str = "python", module: str | None = None, config: str | None = None) -> list[str]:
-    """The command line of a simulated TorchTitan run of `model` (a model preset name).
-
-    `assets_dir` is what `phantora assets torchtitan --out DIR` wrote (tokenizer/ and dataset/). Parallel degrees
-    are TorchTitan's (`dp_shard=-1`: whatever the world size leaves); `local_batch`, `seq_len` and `ac` (one of
-    `AC_MODES`) default to the TorchTitan config's own values. `extra` flags come last but before the
-    activation-checkpointing sub-command, which tyro needs at the end. `module` and `config` replace the
-    recipe's TorchTitan module and config (e.g. phantora.torchtitan_2024's).
-    """
-    from .assets import DATASET_DIR, TOKENIZER_DIR
-
-    fw = load_framework("torchtitan")
-    r = fw.recipe(model)
-    if not r.supported:
-        raise PhantoraError(f"TorchTitan {fw.version} cannot train '{model}': {r.notes}")
-    if ac is not None and ac not in AC_MODES:
-        raise PhantoraError(f"activation checkpointing '{ac}' is not one of {', '.join(AC_MODES)}")
-    for label, value in (("tp", tp), ("pp", pp), ("cp", cp), ("dp_replicate", dp_replicate), ("steps", steps)):
-        if value < 1:
-            raise PhantoraError(f"{label} must be at least 1 (got {value})")
-    if dp_shard == 0 or dp_shard < -1:
-        raise PhantoraError(f"dp_shard must be -1 or at least 1 (got {dp_shard})")
-    root = Path(assets_dir)
-    argv = [python, *fw.entry, "--module", module or r.module, "--config", config or r.config,
-            "--hf-assets-path", str(root / TOKENIZER_DIR),
-            "--dataloader.dataset", "c4_test", "--dataloader.dataset-path", str(root / DATASET_DIR),
-            *fw.default_flags,
-            "--training.steps", str(steps),
-            "--parallelism.data-parallel-shard-degree", str(dp_shard),
-            "--parallelism.data-parallel-replicate-degree", str(dp_replicate),
-            "--parallelism.tensor-parallel-degree", str(tp),
-            "--parallelism.pipeline-parallel-degree", str(pp),
-            "--parallelism.context-parallel-degree", str(cp)]
-    if local_batch is not None:
-        argv += ["--training.local-batch-size", str(local_batch)]
-    if seq_len is not None:
-        argv += ["--training.seq-len", str(seq_len)]
-    argv += list(extra or [])
-    if ac is not None:
-        argv.append(f"activation-checkpoint:{ac}")
-    return argv
+def framework_module(name: str) -> ModuleType:
+    """The package of a framework of the registry (imported now)."""
+    module = FRAMEWORKS.get(name)
+    if module is None:
+        raise PresetError(f"unknown framework '{name}'; known: {', '.join(sorted(FRAMEWORKS))}")
+    return importlib.import_module(module)

@@ -24,10 +24,10 @@ put back the 2024 attention and loss:
   the recomputation, which 0.3.0's FullAC turns off); configs `<model>_ac_layer`, which set it themselves: run
   them without an `activation-checkpoint:` sub-command, which would replace it.
 
-`python -m torchtitan.train --module phantora.torchtitan_2024 --config llama3_8b ...` (TorchTitan imports this
-module by its path). Llama 2 shapes come from Phantora's model presets as in `phantora.torchtitan_llama2`. The
-module imports without TorchTitan (validation reads `LAYER_AC_EVERY` and the config names on the host); its configs
-and classes need TorchTitan.
+`python -m torchtitan.train --module phantora.frameworks.torchtitan.recipe_2024 --config llama3_8b ...`
+(TorchTitan imports this module by its path). Llama 2 shapes come from Phantora's model presets as in
+`phantora.frameworks.torchtitan.llama2`. The module imports without TorchTitan (validation reads `LAYER_AC_EVERY`
+and the config names on the host); its configs and classes need TorchTitan.
 """
 
 from __future__ import annotations
@@ -148,7 +148,7 @@ def _model_config(name: str):
     if name.startswith("llama3"):
         from torchtitan.models.llama3 import config_registry as registry
     else:
-        from . import torchtitan_llama2 as registry
+        from . import llama2 as registry
     return getattr(registry, name)()
 
 

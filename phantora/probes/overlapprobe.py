@@ -1,6 +1,6 @@
 """How much a GPU kernel slows down while NCCL runs beside it, and NCCL while the kernel runs (device tool).
 
-    torchrun --nproc-per-node 2 -m phantora.costmodel.overlapprobe --out OUT.json [--seconds 0.5]
+    torchrun --nproc-per-node 2 -m phantora.probes.overlapprobe --out OUT.json [--seconds 0.5]
 
 Every rank times each compute kernel (bf16 GEMMs, flash attention, HBM copy and add) on its own stream, alone and
 while a collective (all-gather, reduce-scatter, all-reduce) runs back to back on a second stream for the whole
@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     import torch.distributed as dist
 
-    p = argparse.ArgumentParser(prog="python -m phantora.costmodel.overlapprobe", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m phantora.probes.overlapprobe", description=__doc__.split("\n")[0])
     p.add_argument("--out", required=True, help="JSON file rank 0 writes")
     p.add_argument("--seconds", type=float, default=0.5, help="length of each timed window (default 0.5)")
     args = p.parse_args(argv)
@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
                 "torch": torch.__version__, "cuda": torch.version.cuda,
                 "nccl": ".".join(map(str, torch.cuda.nccl.version())),
                 "env": {k: v for k, v in os.environ.items() if k.startswith("NCCL_")},
-                "command": "python -m phantora.costmodel.overlapprobe " + " ".join(sys.argv[1:])}
+                "command": "python -m phantora.probes.overlapprobe " + " ".join(sys.argv[1:])}
         with open(args.out, "w") as f:
             json.dump({"info": info, "ranks": gathered}, f, indent=1)
             f.write("\n")

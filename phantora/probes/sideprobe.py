@@ -1,5 +1,5 @@
 """Does a collective-like side load slow the compute beside it, and the compute after it?
-`python -m phantora.costmodel.sideprobe --out OUT.json [--loads P:BURST_MS:PERIOD_MS,...] [--seconds 3]`
+`python -m phantora.probes.sideprobe --out OUT.json [--loads P:BURST_MS:PERIOD_MS,...] [--seconds 3]`
 
 One GPU, two streams. The compute stream runs random 8192³ bf16 GEMMs back to back, each timed with CUDA events.
 The side stream runs, once per period (launched by a host thread on time), a burst of memory copying on a fixed
@@ -7,7 +7,7 @@ number of SMs (a Triton kernel with one program per SM, as NCCL holds one CTA pe
 per-layer collectives put on a GPU, without the interconnect. Every GEMM is classified by its overlap
 with the bursts: inside one (at least half its time), or clear of all of them. For each load the probe reports the
 GEMM's mean time inside and outside the bursts against the same GEMM with no side load, the bursts' own bandwidth,
-and the SM clock and board power sampled through NVML (phantora.costmodel.powerprobe).
+and the SM clock and board power sampled through NVML (phantora.probes.powerprobe).
 
 A side load that only shares SMs and memory bandwidth slows the GEMMs inside its bursts; one that also draws power
 under the board's limit makes the power controller lower the clock for everything, the GEMMs between bursts too.
@@ -181,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     sampler = Sampler(nvml)
     sampler.start()
     info = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "power_limit_w": nvml.limit_w(),
-            "command": " ".join(["python", "-m", "phantora.costmodel.sideprobe"] + (argv or sys.argv[1:]))}
+            "command": " ".join(["python", "-m", "phantora.probes.sideprobe"] + (argv or sys.argv[1:]))}
     print(json.dumps(info), flush=True)
     results = []
     loads = [tuple(float(x) for x in spec.split(":")) for spec in args.loads.split(",") if spec]

@@ -1,5 +1,6 @@
-"""`phantora profile`: measure every distinct kernel signature of one or more traces on the local CUDA GPU into a
-profile database (one HDF5 file per GPU model, see profiledb.py).
+"""`phantora profile` (also `python -m phantora.probes.profile_cmd`): measure every distinct kernel signature of one
+or more traces on the local CUDA GPU into a profile database (one HDF5 file per GPU model, see
+phantora/costmodel/profiledb.py).
 
 The signatures are those the traces' kernel and copy ops refer to (the `sig` column of their op rows), deduplicated
 across traces and ranks. An existing database at `--out` is merged into: its signatures are skipped unless
@@ -24,10 +25,10 @@ from pathlib import Path
 import click
 
 from ..errors import PhantoraError
-from . import families as fam
-from .measure import DEFAULT_REPEATS, DEFAULT_WARMUP
-from .profiledb import ProfileDB
-from .signature import Signature
+from ..costmodel import families as fam
+from ..costmodel.measure import DEFAULT_REPEATS, DEFAULT_WARMUP
+from ..costmodel.profiledb import ProfileDB
+from ..costmodel.signature import Signature
 
 Measure = Callable[[Signature, int, int], list[float]]
 """measure(signature, timed runs, warm-up runs) -> samples of one call's GPU time, in microseconds."""
@@ -96,7 +97,7 @@ def guess_gpu(device_name: str) -> str | None:
 
 
 def _live_measure(sig: Signature, repeats: int, warmup: int) -> list[float]:
-    from .measure import measure_signature
+    from ..costmodel.measure import measure_signature
 
     return measure_signature(sig, repeats, warmup=warmup)
 
@@ -106,7 +107,7 @@ def _local_facts() -> tuple[str, str, str]:
     import torch
 
     from .calibrate import _driver_version
-    from .measure import cuda_available
+    from ..costmodel.measure import cuda_available
 
     if not cuda_available():
         why = "torch is built without CUDA" if torch.version.cuda is None else "no CUDA GPU is visible"
@@ -240,3 +241,7 @@ def profile_command(traces, out, gpu, force, warmup, iters, ops, model):
                        command=shlex.join(command), ops=ops)
     except PhantoraError as e:
         raise click.ClickException(str(e)) from None
+
+
+if __name__ == "__main__":
+    profile_command(prog_name="python -m phantora.probes.profile_cmd")

@@ -1,4 +1,4 @@
-"""Measure how one CUDA GPU spends power: `python -m phantora.costmodel.powerprobe --out DIR [--step-cmd ...]`.
+"""Measure how one CUDA GPU spends power: `python -m phantora.probes.powerprobe --out DIR [--step-cmd ...]`.
 
 For each probe (a kernel run back to back for a few seconds) it reports the average power from NVML's energy
 counter, the SM clock and the throttle reasons sampled every 10 ms, the core voltage where the driver reports it,
@@ -7,7 +7,7 @@ single-thread kernel (the GPU awake and doing nothing), HBM-bound copies and add
 toggle more or fewer bits (random, ±1, half zeros, zeros: the same work at different power), and flash and cuDNN
 attention. With `--step-cmd`, a whole training command is run as well and sampled over its steady part.
 
-`python -m phantora.costmodel.powerprobe --table DIR/power.json --trace STEP.h5 --gpu PRESET` prints the GPU preset's
+`python -m phantora.probes.powerprobe --table DIR/power.json --trace STEP.h5 --gpu PRESET` prints the GPU preset's
 `[power]` table: STEP.h5 is Phantora's trace of the same step command (`phantora run --nodes 1 --gpus-per-node 1
 --trace STEP.h5 -- <step command>`), which gives the step's compute-bound share of kernel time.
 
@@ -348,11 +348,11 @@ def step_compute_share(trace: str | Path, gpu: str) -> float:
     """The share of a step's kernel time spent in compute-bound kernels, from Phantora's trace of the step command
     the power probe ran: each kernel classified by the roofline of `gpu` (compute time at peak above memory time),
     its recorded duration summed, over the whole iterations of every simulated rank."""
+    from ..costmodel.families import work
+    from ..costmodel.roofline import RooflineModel
+    from ..costmodel.signature import Signature
     from ..gpus import load_gpu
     from ..trace.reader import TraceReader
-    from .families import work
-    from .roofline import RooflineModel
-    from .signature import Signature
 
     roofline = RooflineModel(load_gpu(gpu))
     spec = roofline.gpu
@@ -414,7 +414,7 @@ def main(argv: list[str] | None = None) -> int:
             "power_limit_w": nvml.limit_w(), "max_sm_clock_mhz": nvml.max_clock_mhz(),
             "max_mem_clock_mhz": nvml.max_clock_mhz(NVML_CLOCK_MEM), "idle_power_w": nvml.power_w(),
             "idle_sm_clock_mhz": nvml.clock_mhz(), "idle_voltage_mv": voltage_mv(),
-            "command": " ".join(["python", "-m", "phantora.costmodel.powerprobe"] + (argv or sys.argv[1:]))}
+            "command": " ".join(["python", "-m", "phantora.probes.powerprobe"] + (argv or sys.argv[1:]))}
     print(json.dumps(info), flush=True)
     sampler = Sampler(nvml)
     sampler.start()

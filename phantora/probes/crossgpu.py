@@ -1,4 +1,4 @@
-"""How well one GPU's profile predicts another's: `python -m phantora.costmodel.crossgpu SRC.h5 DST.h5`.
+"""How well one GPU's profile predicts another's: `python -m phantora.probes.crossgpu SRC.h5 DST.h5`.
 
 For every signature measured on both GPUs, the destination GPU's cost model is given only the source's profile (the
 cross-GPU fallback: the source's time scaled by the ratio of the two GPUs' roofline estimates) and its estimate is
@@ -12,11 +12,11 @@ import statistics
 import sys
 from collections import defaultdict
 
+from ..costmodel.model import CostModel
+from ..costmodel.profiledb import ProfileDB
+from ..costmodel.signature import Signature
 from ..engine.ops import CostSource
 from ..gpus import load_gpu
-from .model import CostModel
-from .profiledb import ProfileDB
-from .signature import Signature
 
 MIN_US = 8.0
 
@@ -50,7 +50,7 @@ def report(src: ProfileDB, dst: ProfileDB) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 2:
-        print("usage: python -m phantora.costmodel.crossgpu SRC.h5 DST.h5", file=sys.stderr)
+        print("usage: python -m phantora.probes.crossgpu SRC.h5 DST.h5", file=sys.stderr)
         return 2
     print(report(ProfileDB.open(args[0]), ProfileDB.open(args[1])))
     return 0

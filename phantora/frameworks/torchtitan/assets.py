@@ -1,4 +1,4 @@
-"""Local stand-ins for the assets a training framework downloads from a hub: a tokenizer and a text dataset.
+"""Local stand-ins for the assets TorchTitan downloads from a hub: a tokenizer and a text dataset.
 
 A simulation needs neither real text nor a real tokenizer: only the vocabulary size matters (it sets the shapes of
 the embedding and output layers and the loss), and the dataset only has to yield token ids. `write_torchtitan_assets`
@@ -14,6 +14,8 @@ writes, without any network access:
 
 TorchTitan uses them as `--hf_assets_path OUT/tokenizer --dataloader.dataset c4_test --dataloader.dataset_path
 OUT/dataset` (the `c4_test` dataset entry reads a local directory and takes each sample's `text` field).
+`assets_torchtitan_cmd` is `phantora assets torchtitan` (the `assets` group is the framework registry's,
+phantora/frameworks/commands.py).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from pathlib import Path
 
 import click
 
-from .errors import PhantoraError
+from ...errors import PhantoraError
 
 BOS_TOKEN = "<|begin_of_text|>"
 EOS_TOKEN = "<|end_of_text|>"
@@ -138,7 +140,7 @@ def write_dataset(out_dir: Path, vocab_size: int, documents: int, words_per_docu
 
 def model_vocab_size(model: str) -> int:
     """The vocabulary size of a model preset (name or TOML path)."""
-    from .models import load_model
+    from ...models import load_model
     return load_model(model).vocab_size
 
 
@@ -160,12 +162,7 @@ def write_torchtitan_assets(out: str | Path, *, model: str | None = None, vocab_
 
 
 # ------------------------------------------------------------------------------------------------------- command
-@click.group("assets")
-def assets_cmd() -> None:
-    """Generate local stand-ins for the assets a framework would download (no hub access)."""
-
-
-@assets_cmd.command("torchtitan")
+@click.command("torchtitan")
 @click.option("--model", "model", required=True, help="Model preset whose vocabulary size the tokenizer takes "
               "(e.g. llama3-8b, llama2-7b).")
 @click.option("--out", "out", required=True, type=click.Path(file_okay=False), help="Directory to write into.")

@@ -4,8 +4,9 @@ TorchTitan trained Llama 2 with the same decoder its Llama 3 model still impleme
 SwiGLU); only the shapes differ: vocabulary 32000, RoPE theta 10000 without Llama 3.1's frequency scaling, 4096-token
 context, and Llama 2's FFN sizes. These functions build TorchTitan's own `llama3_8b`-style trainer config around a
 `Llama3Model.Config` with the shapes of Phantora's model presets, so that
-`python -m torchtitan.train --module phantora.torchtitan_llama2 --config llama2_13b ...` trains Llama 2 in
-TorchTitan 0.3.0 (TorchTitan imports this module by its path). Imported only inside a rank that has TorchTitan.
+`python -m torchtitan.train --module phantora.frameworks.torchtitan.llama2 --config llama2_13b ...` trains
+Llama 2 in TorchTitan 0.3.0 (TorchTitan imports this module by its path). Imported only inside a rank that has
+TorchTitan.
 """
 
 from __future__ import annotations

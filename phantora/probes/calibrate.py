@@ -14,9 +14,13 @@ constants and the asymptotic efficiencies are measured.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
 
-from .signature import Signature, signature_of
+from ..costmodel import families as fam
+from ..costmodel.measure import DEFAULT_REPEATS, DEFAULT_WARMUP, measure_signature, require_cuda
+from ..costmodel.signature import Signature, signature_of
+from ..errors import PhantoraError
 
 
 def calibration_signatures() -> list[Signature]:
@@ -154,6 +158,46 @@ def calibration_signatures() -> list[Signature]:
     return out
 
 
+@dataclass
+class ProfileReport:
+    """Outcome of `profile_signatures`."""
+
+    measured: int = 0
+    skipped: int = 0                         # views, no-kernel ops, already in the database
+    failed: list[tuple[str, str]] = field(default_factory=list)   # (signature key, message)
+
+
+def profile_signatures(sigs: Iterable[Signature], db: Any, progress: Callable[..., None] | None = None, *,
+                       repeats: int = DEFAULT_REPEATS, warmup: int = DEFAULT_WARMUP, skip_existing: bool = True,
+                       flush_l2: bool = True) -> ProfileReport:
+    """Measure each distinct signature and add it to `db` (a ProfileDB; not saved here).
+
+    `progress(done, total, sig, status)` is called after each signature, status being 'measured', 'skipped' or
+    'failed: <message>'. A signature that cannot be measured is reported in the result, not raised.
+    """
+    require_cuda()
+    unique: dict[str, Signature] = {}
+    for s in sigs:
+        unique.setdefault(s.key(), s)
+    report = ProfileReport()
+    total = len(unique)
+    for done, (key, sig) in enumerate(unique.items(), 1):
+        if fam.classify(sig.op) in fam.NO_KERNEL or fam.work(sig).is_view or (skip_existing and key in db):
+            report.skipped += 1
+            status = "skipped"
+        else:
+            try:
+                db.add(sig, measure_signature(sig, repeats, warmup=warmup, flush_l2=flush_l2))
+                report.measured += 1
+                status = "measured"
+            except PhantoraError as e:
+                report.failed.append((key, str(e)))
+                status = f"failed: {e}"
+        if progress is not None:
+            progress(done, total, sig, status)
+    return report
+
+
 def _driver_version() -> str:
     import subprocess
 
@@ -166,24 +210,24 @@ def _driver_version() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """python -m phantora.costmodel.calibrate OUT.h5 --gpu PRESET: profile the calibration set on this GPU."""
+    """python -m phantora.probes.calibrate OUT.h5 --gpu PRESET: profile the calibration set on this GPU."""
     import argparse
     import sys
     import time
 
     import torch
 
-    from .measure import local_device_name, profile_signatures
-    from .profiledb import ProfileDB
+    from ..costmodel.measure import local_device_name
+    from ..costmodel.profiledb import ProfileDB
 
-    ap = argparse.ArgumentParser(prog="python -m phantora.costmodel.calibrate", description=main.__doc__)
+    ap = argparse.ArgumentParser(prog="python -m phantora.probes.calibrate", description=main.__doc__)
     ap.add_argument("out", help="profile database to write (HDF5)")
     ap.add_argument("--gpu", required=True, help="GPU preset name this machine's GPU is, e.g. h100-sxm-80gb")
     ap.add_argument("--repeats", type=int, default=30)
     a = ap.parse_args(argv)
     name = local_device_name()
     db = ProfileDB.create(a.out, gpu=a.gpu, driver=_driver_version(), torch_version=torch.__version__,
-                          command=" ".join(["python -m phantora.costmodel.calibrate"] + (argv or sys.argv[1:])))
+                          command=" ".join(["python -m phantora.probes.calibrate"] + (argv or sys.argv[1:])))
     sigs = calibration_signatures()
     print(f"{name}: profiling {len(sigs)} signatures (torch {torch.__version__}, driver {db.meta['driver']})",
           flush=True)
