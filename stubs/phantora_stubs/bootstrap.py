@@ -156,6 +156,8 @@ def install() -> context.Context | None:
                        ("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", 29500)):
         os.environ.setdefault(key, str(value))
     clock.install(lambda: ctx.runtime, config.epoch)
+    from .exitwait import settle_autograd_threads
+    atexit.register(settle_autograd_threads)     # runs last: autograd threads done before finalization (exitwait.py)
     atexit.register(runtime.close)
     if "torch" in sys.modules:
         raise RuntimeError("phantora stubs must be installed before torch is imported")
