@@ -141,7 +141,7 @@ class DeviceMemorySpec:
     libraries_mib: float = 84.0            # cuBLAS/cuBLASLt (66 MiB) and cuDNN (16 MiB) workspaces and handles
     nccl_first_comm_mib: float = 840.0     # the first NCCL communicator of a process (its first collective)
     nccl_comm_mib: float = 485.0           # each further communicator (a process group's first collective)
-    nccl_p2p_mib: float = 446.0            # each point-to-point peer connection (first send/recv to a peer)
+    nccl_p2p_mib: float = 446.0            # a communicator's point-to-point buffers (its first send/recv)
 
     def validate(self) -> None:
         for key in ("context_mib", "libraries_mib", "nccl_first_comm_mib", "nccl_comm_mib", "nccl_p2p_mib"):

@@ -16,7 +16,7 @@ from phantora.engine.ops import Op, OpKind
 from test_live_run import phantora_run, results
 
 ROOT = Path(__file__).resolve().parent.parent
-DATA = ROOT / "groundtruth" / "devmem" / "h200x2"
+DATA = ROOT / "groundtruth" / "devmem"
 
 
 def stages(name: str) -> dict[str, float]:
@@ -24,9 +24,12 @@ def stages(name: str) -> dict[str, float]:
     return {s["stage"]: s["outside"] / MIB for s in data["stages"]}
 
 
-@pytest.mark.parametrize("name", ["g2.rank0.json", "g2.rank1.json"])
+@pytest.mark.parametrize("name", ["h200x2/g2.rank0.json", "h200x2/g2.rank1.json", "h200x4/g4.rank0.json",
+                                  "h200x4/g4.rank3.json"])
 def test_outside_memory_follows_the_measured_process_stage_by_stage(name):
     measured = stages(name)
+    world = 4 if "g4" in name else 2
+    rank = int(name.split("rank")[1][0])
     alloc = CachingAllocatorModel(141 * 2 ** 30)
     out = OutsideMemory(alloc, DeviceMemorySpec())
     model = {"sdpa_fwd_bwd": alloc.outside / MIB}            # context and library workspaces, before any NCCL
@@ -36,9 +39,9 @@ def test_outside_memory_follows_the_measured_process_stage_by_stage(name):
     for i in range(4):                                         # four new_group()s, each with one all_reduce
         out.op(Op(OpKind.COLLECTIVE, group=1 + i))
         model[f"nccl_groups_{i + 2}"] = alloc.outside / MIB
-    peer = 1 - int(name.split("rank")[1][0])
-    out.op(Op(OpKind.SEND, group=0, arg=peer))                 # batch_isend_irecv with the one peer of 2 ranks
-    out.op(Op(OpKind.RECV, group=0, arg=peer))
+    # batch_isend_irecv: send to the next rank, receive from the previous one (one peer of 2 ranks, two of 4)
+    out.op(Op(OpKind.SEND, group=0, arg=(rank + 1) % world))
+    out.op(Op(OpKind.RECV, group=0, arg=(rank - 1) % world))
     model["nccl_p2p"] = alloc.outside / MIB
     for stage, mib in model.items():
         assert mib == pytest.approx(measured[stage], rel=0.01), stage
@@ -46,7 +49,7 @@ def test_outside_memory_follows_the_measured_process_stage_by_stage(name):
 
 
 def test_one_gpu_process_holds_context_and_libraries():
-    measured = stages("g1.rank0.json")
+    measured = stages("h200x2/g1.rank0.json")
     alloc = CachingAllocatorModel(141 * 2 ** 30)
     OutsideMemory(alloc, DeviceMemorySpec())
     assert alloc.outside / MIB == pytest.approx(measured["sdpa_fwd_bwd"], rel=0.01)

@@ -2,8 +2,8 @@
 
 A CUDA process holds, besides what the caching allocator reserves: the CUDA context (with the kernels of the
 libraries loaded), cuBLAS/cuBLASLt and cuDNN workspaces, and NCCL's buffers: one set for each communicator, made
-when a process group runs its first collective, and one for each point-to-point peer connection, made at the first
-send or receive between two ranks. `DeviceMemorySpec` (the cluster's `[device_memory]` table) holds the sizes,
+when a process group runs its first collective, and one set of point-to-point buffers for each communicator, made at
+its first send or receive (measured the same for one peer of 2 ranks and two peers of 4). `DeviceMemorySpec` (the cluster's `[device_memory]` table) holds the sizes,
 measured with groundtruth/devmem/probe.py; `OutsideMemory` charges them to a rank's allocator model
 (`CachingAllocatorModel.outside`), so an allocation that would fit in reserved memory but not beside these buffers
 raises the out-of-memory a real run raises. The same code runs in the rank (its OOM) and in the engine (summaries,
@@ -22,13 +22,13 @@ _COLLECTIVE, _SEND, _RECV = int(OpKind.COLLECTIVE), int(OpKind.SEND), int(OpKind
 class OutsideMemory:
     """Charges one rank's memory outside the caching allocator to `allocator` as its ops go by."""
 
-    __slots__ = ("allocator", "spec", "comms", "peers", "parts")
+    __slots__ = ("allocator", "spec", "comms", "p2p", "parts")
 
     def __init__(self, allocator: CachingAllocatorModel, spec) -> None:
         self.allocator = allocator
         self.spec = spec
         self.comms: set[int] = set()             # process groups whose communicator exists on this rank
-        self.peers: set[tuple[int, int]] = set()  # (group, peer) point-to-point connections
+        self.p2p: set[int] = set()                # process groups whose point-to-point buffers exist
         self.parts = {"context": 0, "libraries": 0, "nccl": 0}
         self._hold("context", spec.context_mib)
         self._hold("libraries", spec.libraries_mib)
@@ -39,7 +39,7 @@ class OutsideMemory:
         self.allocator.outside += n
 
     def op(self, op: Op) -> None:
-        """Account `op` (cheap for every kind but the first collective of a group and the first transfer to a peer)."""
+        """Account `op` (cheap for every kind but a group's first collective and its first transfer)."""
         k = op.kind
         if k == _COLLECTIVE:
             if op.group not in self.comms:
@@ -47,13 +47,12 @@ class OutsideMemory:
                 self.comms.add(op.group)
                 self._hold("nccl", self.spec.nccl_first_comm_mib if first else self.spec.nccl_comm_mib)
         elif k == _SEND or k == _RECV:
-            key = (op.group, op.arg)
-            if key not in self.peers:
+            if op.group not in self.p2p:
                 if op.group not in self.comms:      # NCCL makes the group's communicator first
                     first = not self.comms
                     self.comms.add(op.group)
                     self._hold("nccl", self.spec.nccl_first_comm_mib if first else self.spec.nccl_comm_mib)
-                self.peers.add(key)
+                self.p2p.add(op.group)
                 self._hold("nccl", self.spec.nccl_p2p_mib)
 
     @property

@@ -31,6 +31,7 @@ import os
 import socket
 import statistics
 import sys
+import threading
 import time
 import tomllib
 from dataclasses import asdict, dataclass
@@ -741,7 +742,31 @@ def main(argv=None) -> int:
         print(f"{PROG}: error: {e}", file=sys.stderr, flush=True)
         return 2
     train(args, a, layout, rank, local_rank)
+    settle_threads()
     return 0
+
+
+def settle_threads(timeout_s: float = 1.0, window_s: float = 0.02) -> None:
+    """Wait (Linux) until the process's other threads have used no CPU for `window_s`, at most `timeout_s`.
+
+    A worker thread of PyTorch (autograd's, a process group's) still releasing Python objects when the interpreter
+    finalizes is ended by CPython with pthread_exit, which PyTorch's C++ frames turn into std::terminate: the run would
+    end with SIGABRT after training finished. Waiting here, with the GIL released by each sleep, lets it finish."""
+    def busy() -> int | None:
+        try:
+            tids = [t for t in os.listdir("/proc/self/task") if int(t) != threading.get_native_id()]
+            return sum(int(open(f"/proc/self/task/{t}/schedstat").read().split()[0]) for t in tids)
+        except (OSError, ValueError, IndexError):
+            return None
+
+    deadline = time.monotonic() + timeout_s
+    before = busy()
+    while before is not None and time.monotonic() < deadline:
+        time.sleep(window_s)
+        after = busy()
+        if after == before:
+            return
+        before = after
 
 
 if __name__ == "__main__":
