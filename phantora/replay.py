@@ -221,17 +221,18 @@ def _oom_entry(rank: int, op: int, exc) -> dict:
     return out
 
 
-def host_recost(meta: dict, spec: ClusterSpec):
-    """The host prices to cost a trace's counted host work again with (phantora/hostcpu.py), or None to keep its
-    recorded `cpu_delta`s: only a trace of the modelled host CPU can be re-costed, and only prices that differ from
-    the recorded ones change anything (so a replay on the recorded cluster reproduces the run exactly)."""
+def host_recost(meta: dict, spec: ClusterSpec) -> tuple[HostCosts, HostCosts] | None:
+    """(new, recorded) host prices to cost a trace's counted host work again with (phantora/hostcpu.py), or None to
+    keep its recorded `cpu_delta`s: only a trace of the modelled host CPU can be re-costed, and only prices that
+    differ from the recorded ones change anything (so a replay on the recorded cluster reproduces the run exactly)."""
     recorded = meta.get("host_cpu") or {}
     if recorded.get("mode") != "model":
         return None
     costs = HostCosts.from_spec(spec.host)
     if all(recorded.get(k) == v for k, v in costs.as_dict().items()):
         return None
-    return costs
+    old = HostCosts(recorded["py_call_ns"] * 1e-9, recorded["c_call_ns"] * 1e-9, recorded["dispatch_us"] * 1e-6)
+    return costs, old
 
 
 def _simulate(reader, engine: Engine, recorder: Recorder, simulated: list[int], recost, progress, trace,
@@ -253,8 +254,12 @@ def _simulate(reader, engine: Engine, recorder: Recorder, simulated: list[int], 
         for i, (r, table) in enumerate(zip(simulated, tables)):
             rows, recorded[r] = table.result()
             if host_costs is not None:        # the host work the run counted, priced for this host
+                new, old = host_costs
+                counts = rows["host_py"], rows["host_c"], rows["host_disp"]
                 rows = rows.copy()
-                rows["cpu_delta"] = host_costs.seconds_of(rows["host_py"], rows["host_c"], rows["host_disp"])
+                # only the counted part changes: what a sleep charged (no counts) stays as recorded
+                rows["cpu_delta"] = np.maximum(rows["cpu_delta"] + new.seconds_of(*counts) - old.seconds_of(*counts),
+                                               0.0)
             rows_by_rank[r] = rows
             ops = reader.op_objects(rows, r)
             if recost is not None:

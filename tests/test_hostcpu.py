@@ -90,6 +90,11 @@ def run_counter() -> dict:
 
 def test_counter_counts_each_call_once_and_leaves_key_comparisons_out():
     out = run_counter()
+    # what the program does between two entries, exactly: 100 calls of f; 100 calls of len; lookups that call
+    # nothing counted (the entry frames into the meter charged back)
+    assert out["calls"][0][:2] == [100, 0]
+    assert out["builtins"][0][:2] == [0, 100]
+    assert out["lookups"][0][:2] == [0, 0]
     (py1, c1, _), (py3, c3, _) = out["calls"]
     assert py3 - py1 == 200               # 200 more calls of f, nothing else differs
     assert c3 - c1 == 0
@@ -105,7 +110,7 @@ def test_tp_step_is_bit_identical_beside_busy_processes(tmp_path):
     busy = tmp_path / "busy.h5"
     proc = phantora_run("--trace", str(quiet), *TP_STEP)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 2)]
     try:
         proc = phantora_run("--trace", str(busy), *TP_STEP)
     finally:
@@ -138,7 +143,9 @@ def test_replay_prices_the_counted_work_for_another_host(tmp_path):
     with TraceReader(trace) as before, TraceReader(tmp_path / "slow.h5") as after:
         for rank in before.ranks:
             ops = before.ops(rank)
-            expect = costs.seconds_of(ops["host_py"], ops["host_c"], ops["host_disp"])
+            counts = ops["host_py"], ops["host_c"], ops["host_disp"]
+            # the counted work priced anew; what is not counted work (a sleep) stays as recorded
+            expect = ops["cpu_delta"] + costs.seconds_of(*counts) - HostCosts.from_spec(base).seconds_of(*counts)
             assert np.allclose(after.ops(rank)["cpu_delta"], expect, rtol=1e-12, atol=1e-15)
             marks = np.nonzero(ops["kind"] == 12)[0]          # OpKind.ITER_MARK
             window = slice(marks[-2] + 1, marks[-1] + 1)

@@ -36,17 +36,13 @@ def fallback_gpu(gpu: GPUSpec) -> str | None:
     measured = measured_gpus()
     if gpu.name in measured or not measured:
         return None
-    same_arch = [m for m in measured if load_gpu(m).arch.lower() == gpu.arch.lower()]
-    if not same_arch:
-        return measured[0]
-    # of one architecture, the memory closest in bandwidth (HBM3e stands in for HBM3e, HBM3 for HBM2e)
-    return min(same_arch, key=lambda m: abs(math.log(load_gpu(m).hbm_bandwidth_gbyte_per_s
-                                                   / gpu.hbm_bandwidth_gbyte_per_s)))
+    return same_arch_peer(gpu) or measured[0]
 
 
-def same_arch_peer(gpu: GPUSpec, own: str) -> str | None:
-    """Another measured GPU of `gpu`'s architecture, the closest in memory bandwidth (None if there is none)."""
-    peers = [m for m in measured_gpus() if m not in (gpu.name, own) and load_gpu(m).arch.lower() == gpu.arch.lower()]
+def same_arch_peer(gpu: GPUSpec) -> str | None:
+    """Another measured GPU of `gpu`'s architecture, the one closest in memory bandwidth (HBM3e stands in for
+    HBM3e, HBM3 for HBM2e); None if there is none."""
+    peers = [m for m in measured_gpus() if m != gpu.name and load_gpu(m).arch.lower() == gpu.arch.lower()]
     if not peers:
         return None
     return min(peers, key=lambda m: abs(math.log(load_gpu(m).hbm_bandwidth_gbyte_per_s
@@ -62,7 +58,7 @@ def default_cost_model(gpu: GPUSpec, profile: str | Path | None = None, **kwargs
         # signatures the GPU's own database lacks come from a measured GPU of its architecture, scaled across
         # (an H200's from the H100's and the other way round), before the roofline model
         db = ProfileDB.open(own)
-        peer = same_arch_peer(gpu, db.gpu)
+        peer = same_arch_peer(gpu)
         if peer is None:
             return CostModel(gpu, profile_db=db, **kwargs)
         return CostModel(gpu, profile_db=db, fallback_gpu_db=ProfileDB.open(profiles_dir() / f"{peer}.h5"),

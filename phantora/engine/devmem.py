@@ -42,22 +42,17 @@ class OutsideMemory:
         """Account `op` (cheap for every kind but a group's first collective and its first transfer)."""
         k = op.kind
         if k == _COLLECTIVE:
-            if op.group not in self.comms:
-                first = not self.comms
-                self.comms.add(op.group)
-                self._hold("nccl", self.spec.nccl_first_comm_mib if first else self.spec.nccl_comm_mib)
-        elif k == _SEND or k == _RECV:
-            if op.group not in self.p2p:
-                if op.group not in self.comms:      # NCCL makes the group's communicator first
-                    first = not self.comms
-                    self.comms.add(op.group)
-                    self._hold("nccl", self.spec.nccl_first_comm_mib if first else self.spec.nccl_comm_mib)
-                self.p2p.add(op.group)
-                self._hold("nccl", self.spec.nccl_p2p_mib)
+            self._communicator(op.group)
+        elif (k == _SEND or k == _RECV) and op.group not in self.p2p:
+            self._communicator(op.group)              # NCCL makes the group's communicator first
+            self.p2p.add(op.group)
+            self._hold("nccl", self.spec.nccl_p2p_mib)
 
-    @property
-    def total(self) -> int:
-        return sum(self.parts.values())
+    def _communicator(self, group: int) -> None:
+        if group not in self.comms:
+            first = not self.comms
+            self.comms.add(group)
+            self._hold("nccl", self.spec.nccl_first_comm_mib if first else self.spec.nccl_comm_mib)
 
 
 def spec_env(spec) -> str:

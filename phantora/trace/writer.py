@@ -39,7 +39,7 @@ from phantora.trace import chunks
 from phantora.trace import schema as S
 
 DEFAULT_CHUNK_ROWS = 4096
-"""Rows per chunk of the op tables (384 KiB of OP_DTYPE rows); see docs/trace-format.md for the measurements."""
+"""Rows per chunk of the op tables (432 KiB of OP_DTYPE rows); see docs/trace-format.md for the measurements."""
 
 DEFAULT_MAX_PENDING_ROWS = 1 << 20
 """Pending op rows (all ranks) that trigger a flush on their own, bounding the writer's memory."""

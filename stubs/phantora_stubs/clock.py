@@ -194,9 +194,11 @@ class CpuMeter:
 
 METER = CpuMeter()
 
-SKIPPED_NAMES = ("__eq__", "__ne__", "__hash__")
-"""Functions the counter leaves out, with all they call: containers call them while probing keys, as often as the
-keys' hashes collide, and those hashes may come from object addresses (see csrc/host_counter.cpp)."""
+SKIPPED_NAMES = ("__eq__", "__ne__", "__hash__", "_randbelow_with_getrandbits")
+"""Functions the counter leaves out, with all they call, because how often they run or what they call depends on
+more than the program: containers call the first three while probing keys, as often as the keys' hashes collide, and
+those hashes may come from object addresses (see csrc/host_counter.cpp); `random`'s rejection sampling draws until
+a draw fits, as often as the (unseeded) generator says."""
 
 
 def _code_name_offset() -> int:

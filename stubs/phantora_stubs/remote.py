@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from multiprocessing.connection import Client
 from typing import Any
 
 from phantora.engine import devmem
 from phantora.engine.allocator import AllocatorConfig, CachingAllocatorModel
-from phantora.engine.devmem import OutsideMemory
 from phantora.engine.ops import Memcpy, Op, OpKind
 from phantora.live import wire
 
@@ -43,7 +43,7 @@ class RemoteRuntime(Runtime):
         self.launch = launch_overhead_s
         self.scale = cpu_time_scale
         self._allocator = CachingAllocatorModel(capacity_bytes, AllocatorConfig.from_env(os.environ))
-        self._outside = OutsideMemory(self._allocator, _device_memory())   # as the engine's (engine/devmem.py)
+        self._outside = devmem.OutsideMemory(self._allocator, _device_memory())   # as the engine's (engine/devmem.py)
         try:
             self._conn = Client(wire.address_of(address), family="AF_UNIX", authkey=authkey)
         except (OSError, ValueError) as exc:
@@ -53,7 +53,8 @@ class RemoteRuntime(Runtime):
         self._new_sigs: list[tuple[int, str]] = []
         self._sigs: dict[str, int] = {}
         self._cpu = 0.0
-        self._pending_cpu = 0.0          # advance_cpu seconds not yet carried by an op
+        self._threads = threading.local()   # per thread: advance_cpu seconds not yet carried by an op, and
+                                            # whether the thread issues ops (see advance_cpu)
         self._in_group = False
         self._group_ops = 0
         self._coll_seq: dict[int, int] = {}
@@ -61,9 +62,24 @@ class RemoteRuntime(Runtime):
 
     # -- interface ------------------------------------------------------------------------------------------------
     def advance_cpu(self, seconds: float) -> None:
+        """Host time a thread spent outside an op (a clock read or a sleep charges it). It moves the rank's CPU
+        clock only for the main thread and threads that issue ops (the autograd engine's): a thread that issues
+        none (a logger, a data loader, a watchdog) runs beside them on another core and delays nothing. The seconds
+        travel with the next op of the same thread, so no thread's time lands on another's op, however the threads
+        interleave."""
         if seconds > 0:
-            self._pending_cpu += seconds
+            t = self._thread()
+            if not t.issues:
+                return
+            t.pending += seconds
             self._cpu += seconds * self.scale
+
+    def _thread(self):
+        t = self._threads
+        if not hasattr(t, "pending"):
+            t.pending = 0.0
+            t.issues = threading.current_thread() is threading.main_thread()
+        return t
 
     def intern_signature(self, key: str) -> int:
         sid = self._sigs.get(key)
@@ -128,7 +144,7 @@ class RemoteRuntime(Runtime):
             return
         self._closed = True
         try:
-            if self._pending_cpu:
+            if self._thread().pending:
                 self._append(Op(OpKind.CPU))
             self._send_ops()
             self._send(("bye",))
@@ -140,10 +156,12 @@ class RemoteRuntime(Runtime):
     def _append(self, op: Op) -> None:
         if METER.costs is not None:
             op.host_py, op.host_c, op.host_disp = METER.take()     # the host work its cpu_delta prices
-        if self._pending_cpu:
-            op.cpu_delta += self._pending_cpu
-            self._cpu += (op.cpu_delta - self._pending_cpu) * self.scale
-            self._pending_cpu = 0.0
+        t = self._thread()
+        t.issues = True
+        if t.pending:
+            op.cpu_delta += t.pending
+            self._cpu += (op.cpu_delta - t.pending) * self.scale
+            t.pending = 0.0
         else:
             self._cpu += op.cpu_delta * self.scale
         k = op.kind
