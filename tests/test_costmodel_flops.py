@@ -262,6 +262,21 @@ def test_cat_index_gather():
     assert W(aten.index.Tensor, T(1000, 64), [None, L(5)]).nbytes == 8 * 5 + 2 * 2 * 1000 * 5
 
 
+def test_index_put_with_a_mask_touches_at_most_the_tensor():
+    # x[mask] = v with a [1, 4096] bool mask over the first two dims of a [1, 4096, 4096] tensor (Megatron's
+    # attention-mask build): the write covers at most the tensor itself, plus the mask read, plus the copy of
+    # the out-of-place form (2 passes)
+    x = T(1, 4096, 4096)
+    mask = torch.empty((1, 4096), dtype=torch.bool, device="meta")
+    value = T()
+    w = W(aten.index_put.default, x, [mask], value)
+    tensor_bytes = x.numel() * x.element_size()
+    assert tensor_bytes <= w.nbytes <= 3 * tensor_bytes + mask.numel() + value.element_size()
+    # an index of rows: 10 rows of 4096 x 4096 written, in place
+    w = W(aten.index_put_.default, x.view(4096, 4096), [L(10)], T(10, 4096))
+    assert w.nbytes == 8 * 10 + 2 * 10 * 4096 + 2 * 10 * 4096
+
+
 # ---- views ---------------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("op,args", [

@@ -3,6 +3,7 @@ and the build of the fake CUDA library. Nothing here loads the library or patche
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -17,13 +18,13 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "stubs"))
 
 from phantora_stubs import build  # noqa: E402
-from phantora.errors import PhantoraError  # noqa: E402
+from phantora.errors import PhantoraError, SimulationError  # noqa: E402
 from phantora.engine.allocator import (AllocatorConfig, CachingAllocatorModel, DeviceOutOfMemory,  # noqa: E402
                                        round_block)
 from phantora_stubs.clock import CpuMeter, VirtualClock  # noqa: E402
 from phantora_stubs.config import StubConfig  # noqa: E402
 from phantora_stubs.errors import StubBuildError, StubConfigError  # noqa: E402
-from phantora_stubs.runtime import LocalRuntime  # noqa: E402
+from phantora_stubs.runtime import LocalRuntime, local_cluster  # noqa: E402
 
 MiB = 1 << 20
 
@@ -122,59 +123,199 @@ def test_out_of_memory_when_live_blocks_exceed_capacity():
 
 
 # ---- LocalRuntime ----------------------------------------------------------------------------------------------------
+# LocalRuntime runs the engine in process (this rank simulated, the rest of its world mirroring it). The checks are
+# physics of the timeline (causality, stream order, the host blocking where it must), the network's bandwidth bound
+# for collectives, and identity with an Engine fed the same ops directly.
 
 def kernel(stream: int, duration: float, cpu: float = 0.0) -> Op:
     return Op(OpKind.KERNEL, stream=stream, duration=duration, cpu_delta=cpu)
 
 
-def test_kernels_on_one_stream_serialise_and_the_host_runs_ahead():
+def d2h(stream: int, duration: float) -> Op:
+    return Op(OpKind.MEMCPY, stream=stream, arg=int(Memcpy.D2H), duration=duration, nbytes=4)
+
+
+def test_a_launch_starts_after_the_host_issued_it_and_lasts_its_cost():
+    rt = LocalRuntime(capacity_bytes=1 << 30, launch_overhead_s=3e-6, record=True)
+    issued = []
+    for i, (dur, cpu) in enumerate([(1e-3, 0.0), (1e-5, 2e-3), (4e-4, 1e-6), (2e-3, 0.0)]):
+        before = rt.now()
+        rt.submit(kernel(i % 2, dur, cpu))
+        issued.append(rt.now())
+        assert issued[-1] >= before + cpu + 3e-6 * (1 - 1e-9)     # the framework's time and the launch's, at least
+    rt.wait(Op(OpKind.SYNC_DEVICE))
+    for (start, end), op, t in zip(rt.op_times, rt.ops, issued):
+        assert start >= t * (1 - 1e-12)                          # no kernel runs before the host launched it
+        assert end - start == pytest.approx(op.duration)          # and it runs exactly its cost
+
+
+def test_one_stream_runs_in_program_order_while_the_host_runs_ahead():
     rt = LocalRuntime(capacity_bytes=1 << 30, launch_overhead_s=1e-6, record=True)
-    for _ in range(3):
-        rt.submit(kernel(0, 1e-3))
-    assert rt.now() == pytest.approx(3e-6)                  # launches are asynchronous
+    for dur in (1e-3, 5e-4, 2e-3):
+        rt.submit(kernel(0, dur))
+    ahead = rt.now()
     t = rt.wait(Op(OpKind.SYNC_DEVICE))
-    assert t == pytest.approx(1e-6 + 3e-3)                  # first launch, then three kernels back to back
-    starts = [s for s, _ in rt.op_times[:3]]
-    assert starts == sorted(starts) and starts[1] == pytest.approx(starts[0] + 1e-3)
+    times = rt.op_times[:3]
+    assert all(b[0] >= a[1] for a, b in zip(times, times[1:]))  # FIFO, no overlap
+    assert ahead < times[-1][1]                                 # launches do not wait for the GPU
+    assert t == pytest.approx(max(ahead, times[-1][1]))          # the sync ends when the GPU does, not before
+    assert t >= sum(e - s for s, e in times)
 
 
 def test_streams_overlap_until_an_event_orders_them():
-    rt = LocalRuntime(capacity_bytes=1 << 30, launch_overhead_s=0.0)
+    rt = LocalRuntime(capacity_bytes=1 << 30, launch_overhead_s=0.0, record=True)
     rt.submit(kernel(1, 5e-3))
     rt.submit(kernel(2, 5e-3))
-    assert rt.wait(Op(OpKind.SYNC_DEVICE)) == pytest.approx(5e-3)      # concurrent
     rt.submit(kernel(1, 2e-3))
     rt.submit(Op(OpKind.EVENT_RECORD, stream=1, arg=7))
     rt.submit(Op(OpKind.STREAM_WAIT, stream=2, arg=7))
     rt.submit(kernel(2, 1e-3))
-    assert rt.event_time(7) == pytest.approx(7e-3)
-    assert rt.wait(Op(OpKind.SYNC_STREAM, stream=2)) == pytest.approx(8e-3)
+    end = rt.wait(Op(OpKind.SYNC_STREAM, stream=2))
+    (a0, a1), (b0, b1), (_, c1), (rec, _), _, (d0, d1) = rt.op_times[:6]
+    assert a0 < b1 and b0 < a1                                  # the two streams ran side by side
+    assert rt.event_time(7) == pytest.approx(rec) and rec >= c1  # the event completes after stream 1's work
+    assert d0 >= rec                                            # stream 2 waited for it
+    assert end >= d1
 
 
-def test_event_on_an_idle_stream_completes_when_recorded_and_cpu_delta_counts():
+def test_host_time_counts_and_an_event_on_an_idle_stream_completes_when_recorded():
     rt = LocalRuntime(capacity_bytes=1 << 30, launch_overhead_s=0.0)
+    t0 = rt.now()
     rt.advance_cpu(1.0)
+    assert rt.now() >= t0 + 1.0
     rt.submit(Op(OpKind.EVENT_RECORD, stream=0, arg=1, cpu_delta=0.5))
-    assert rt.event_time(1) == pytest.approx(1.5)
-    assert rt.wait(Op(OpKind.SYNC_EVENT, arg=1)) == pytest.approx(1.5)
+    assert rt.event_time(1) >= t0 + 1.5
+    assert rt.event_time(1) == pytest.approx(rt.now())
+    assert rt.wait(Op(OpKind.SYNC_EVENT, arg=1)) == pytest.approx(rt.event_time(1))
+    assert rt.event_time(99) is None                            # never recorded
 
 
-def test_blocking_copy_waits_for_the_stream_and_collectives_cost_nothing_locally():
-    rt = LocalRuntime(capacity_bytes=1 << 30, launch_overhead_s=0.0)
+def test_a_device_to_host_copy_blocks_the_host_until_its_stream_is_done():
+    rt = LocalRuntime(capacity_bytes=1 << 30, launch_overhead_s=1e-6, record=True)
     rt.submit(kernel(0, 2e-3))
-    rt.submit(Op(OpKind.COLLECTIVE, stream=3, name="all_reduce", group=0, nbytes=1 << 20))
-    t = rt.wait(Op(OpKind.MEMCPY, stream=0, arg=int(Memcpy.D2H), duration=1e-5, nbytes=4))
-    assert t == pytest.approx(2e-3 + 1e-5)
-    assert rt.stream_tail(3) == pytest.approx(0.0)
+    rt.submit(kernel(1, 9e-3))                                  # another stream: not waited for
+    t = rt.wait(d2h(0, 1e-5))
+    (_, k_end), (_, other_end), (c0, c1) = rt.op_times[:3]
+    assert c0 >= k_end and c1 - c0 == pytest.approx(1e-5)
+    assert t >= c1 and t < other_end
+    rt.submit(d2h(1, 1e-5))                                     # submitted, it blocks just the same
+    assert rt.now() >= other_end + 1e-5
+
+
+def test_a_lone_ranks_collective_orders_its_streams():
+    """comm.launch's pattern: the collective waits for the issuing stream, and the stream waits for it."""
+    rt = LocalRuntime(capacity_bytes=1 << 30, launch_overhead_s=1e-6, record=True)
+    rt.register_group(0, [0], "world")
+    for op in (kernel(0, 2e-3), Op(OpKind.EVENT_RECORD, stream=0, arg=1), Op(OpKind.STREAM_WAIT, stream=5, arg=1),
+               Op(OpKind.COLLECTIVE, stream=5, name="all_reduce", group=0, nbytes=1 << 20),
+               Op(OpKind.EVENT_RECORD, stream=5, arg=2), Op(OpKind.STREAM_WAIT, stream=0, arg=2), kernel(0, 1e-3)):
+        rt.submit(op)
+    rt.wait(Op(OpKind.SYNC_DEVICE))
+    (_, k_end), _, _, (c0, c1), _, _, (n0, _) = rt.op_times[:7]
+    assert c0 >= k_end and c1 >= c0
+    assert n0 >= c1
+    assert rt.group_size(0) == 1
+
+
+def test_collectives_in_a_mirrored_world_take_the_networks_time():
+    """A world of 8 on one HGX node: each rank of an all-gather receives 7 of the 8 shards, so the collective takes
+    at least 7 x shard bytes over a GPU's NVLink bandwidth; twice the bytes never take less time."""
+    rt = LocalRuntime(capacity_bytes=1 << 34, rank=3, world_size=8, local_rank=3, launch_overhead_s=0.0, record=True)
+    assert rt.cluster.world_size == 8 and rt.cluster.nodes == 1
+    rt.register_group(0, list(range(8)), "world")
+    durations = []
+    for shard in (64 << 20, 128 << 20):
+        rt.submit(Op(OpKind.COLLECTIVE, stream=5, name="all_gather", group=0, nbytes=shard))
+        rt.wait(Op(OpKind.SYNC_STREAM, stream=5))
+        start, end = rt.op_times[-2]
+        durations.append(end - start)
+        assert end - start >= 7 * shard / rt.cluster.intra.gpu_nvlink_bytes_per_s
+    assert durations[1] >= durations[0]
+    assert rt.exchange(0, "sum", [1.0], Op(OpKind.SYNC_STREAM, stream=5)) == [8.0]    # each member mirrors it
+
+
+def _same_ops(world: int) -> list[Op]:
+    return [kernel(0, 1e-3, 1e-5), Op(OpKind.EVENT_RECORD, stream=0, arg=1), Op(OpKind.STREAM_WAIT, stream=5, arg=1),
+            Op(OpKind.COLLECTIVE, stream=5, name="reduce_scatter", group=0, nbytes=world << 22, cpu_delta=2e-6),
+            Op(OpKind.EVENT_RECORD, stream=5, arg=2), kernel(0, 3e-4), Op(OpKind.STREAM_WAIT, stream=0, arg=2),
+            kernel(0, 2e-4, 4e-6), Op(OpKind.ALLOC, stream=0, nbytes=1 << 20, arg=1), d2h(0, 1e-6),
+            Op(OpKind.ITER_MARK, arg=1), kernel(1, 1e-3), Op(OpKind.SYNC_DEVICE, cpu_delta=1e-6)]
+
+
+@pytest.mark.parametrize("world", [1, 8])
+def test_local_runtime_times_are_the_engines(world):
+    """The same ops fed to an Engine directly, as the engine server feeds it, come out at the same times."""
+    from phantora.engine.core import Engine
+
+    rt = LocalRuntime(capacity_bytes=1 << 34, world_size=world, launch_overhead_s=2e-6, record=True)
+    for op in _same_ops(world):
+        rt.submit(op)
+    rt.close()
+    got = sorted((i, s, e) for i, (s, e) in enumerate(rt.op_times))
+    reports: list[tuple] = []
+    engine = Engine(rt.cluster, simulated=[0], rank_map=[0] * world, launch_overhead_s=2e-6, cpu_time_scale=1.0,
+                    vram_bytes=1 << 34, sink=lambda rank, idx, op, issue, start, end, coll: reports.append(
+                        (idx, start, end)))
+    engine.feed(0, _same_ops(world))
+    engine.close(0)
+    assert engine.run()
+    assert got == sorted(reports)
+    if world > 1:                                               # the collective held its stream's reports back
+        assert [r[0] for r in reports] != sorted(r[0] for r in reports)
+    assert len(got) == len(_same_ops(world))
+
+
+def test_the_op_log_is_in_program_order(tmp_path):
+    log = tmp_path / "ops.jsonl"
+    rt = LocalRuntime(capacity_bytes=1 << 34, world_size=8, launch_overhead_s=1e-6, oplog=str(log))
+    ops = _same_ops(8)
+    for op in ops:
+        rt.submit(op)
+    rt.close()
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [d["kind"] for d in lines] == [OpKind(op.kind).name for op in ops]
+    assert all(d["end"] >= d["start"] for d in lines)
+
+
+def test_a_host_sync_that_can_never_complete_is_a_deadlock():
+    rt = LocalRuntime(capacity_bytes=1 << 30)
+    rt.submit(Op(OpKind.RECV, stream=4, group=0, arg=0, nbytes=16))   # from itself: no send will ever come
+    with pytest.raises(SimulationError, match="stuck"):
+        rt.wait(Op(OpKind.SYNC_DEVICE))
+
+
+def test_a_send_to_itself_in_a_group_meets_the_matching_receive():
+    """batch_isend_irecv to and from the rank itself (a world of one): the k-th send meets the k-th receive."""
+    rt = LocalRuntime(capacity_bytes=1 << 30, record=True)
+    for _ in range(2):
+        for op in (Op(OpKind.GROUP_START), Op(OpKind.SEND, stream=4, group=0, arg=0, nbytes=40),
+                   Op(OpKind.RECV, stream=4, group=0, arg=0, nbytes=40), Op(OpKind.GROUP_END)):
+            rt.submit(op)
+    t = rt.wait(Op(OpKind.SYNC_DEVICE))
+    ends = [e for op, (_, e) in zip(rt.ops, rt.op_times) if op.kind == OpKind.GROUP_END]
+    assert len(ends) == 2 and ends[1] >= ends[0] and t >= ends[1]
 
 
 def test_register_group_rejects_conflicting_ranks():
-    rt = LocalRuntime(capacity_bytes=1 << 30)
+    rt = LocalRuntime(capacity_bytes=1 << 30, world_size=4)
     rt.register_group(1, [0, 2], "a")
     rt.register_group(1, [0, 2], "a")
-    with pytest.raises(ValueError):
+    with pytest.raises(SimulationError):
         rt.register_group(1, [0, 1], "b")
+    with pytest.raises(SimulationError):
+        rt.register_group(2, [0, 4], "outside")
+    assert rt.group_size(1) == 2 and rt.group_size(0) == 4
     assert rt.intern_signature("x") == rt.intern_signature("x") != rt.intern_signature("y")
+
+
+def test_local_cluster_is_the_configured_world():
+    assert local_cluster().world_size == 1
+    spec = local_cluster(16, 8, "h100-sxm-80gb")
+    assert (spec.nodes, spec.gpus_per_node) == (2, 8)
+    with pytest.raises(StubConfigError):
+        local_cluster(12, 8)
+    with pytest.raises(StubConfigError):
+        LocalRuntime(capacity_bytes=1 << 30, world_size=2, cluster=local_cluster(4))
 
 
 # ---- clock -----------------------------------------------------------------------------------------------------------

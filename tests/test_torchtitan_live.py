@@ -124,8 +124,8 @@ def test_debugmodel_steps_obey_physics(stub_cache, tmp_path):
 @pytest.mark.slow
 def test_llama3_8b_fsdp_steps_obey_physics(stub_cache, tmp_path):
     """Llama 3 8B, FSDP over 8 H100s, batch 1, seq 8192, selective AC (the setting of TorchTitan's Dec 2024 H100
-    benchmark, which measured 5,762 tokens/s/GPU at batch 2: a scale, not a target, since collectives are free
-    in LocalRuntime and the host CPU time is this machine's)."""
+    benchmark, which measured 5,762 tokens/s/GPU at batch 2: a scale, not a target, since LocalRuntime simulates
+    one rank that the others mirror and the host CPU time is this machine's)."""
     seq_len, steps = 8192, 3
     assets = write_torchtitan_assets(tmp_path / "assets", model="llama3-8b", documents=16, words_per_document=8192)
     argv = torchtitan_argv("llama3-8b", assets_dir=assets.root, steps=steps, seq_len=seq_len, local_batch=1,

@@ -633,7 +633,9 @@ class Engine:
             raise SimulationError(f"rank {rs.rank}: peer {op.arg} is outside group {op.group} of size {len(g.ranks)}")
         peer = g.ranks[op.arg]
         src, dst = (rs.rank, peer) if op.kind == K.SEND else (peer, rs.rank)
-        pk = (op.group, src, dst)
+        # a rank's sends to itself and its receives from itself (in one group batch, as NCCL requires) are numbered
+        # apart, so that the k-th send meets the k-th receive as between two ranks
+        pk = (op.group, src, dst) if src != dst else (op.group, src, dst, op.kind)
         seq = rs.p2p_seq.get(pk, 0)
         rs.p2p_seq[pk] = seq + 1
         return (idx, op, (op.group, src, dst, seq))

@@ -110,7 +110,7 @@ class Parallelism:
 @dataclass
 class Workload:
     """What was trained, and how."""
-    framework: str                 # "torchtitan", "megatron", "deepspeed", "phantora-llama" (presets/workloads)
+    framework: str                 # "torchtitan", "megatron-core", "phantora-llama" (presets/workloads), ...
     framework_version: str         # release or commit of the framework
     model: str                     # model preset name (presets/models)
     micro_batch: int               # sequences per GPU per forward/backward (TorchTitan's local batch size)
@@ -124,6 +124,9 @@ class Workload:
     float8: bool = False           # Float8 linear layers (FP8 tensor cores)
     torch_version: str = ""        # release or commit of PyTorch
     optimizer: str = ""            # e.g. "AdamW"
+    # framework settings the fields above do not cover, named as the framework's workload command takes them
+    # (Megatron-core: vpp, distributed_optimizer, overlap_grad_reduce, overlap_param_gather, sequence_parallel)
+    options: dict[str, bool | int | str] = field(default_factory=dict)
 
     def validate(self) -> None:
         for key in ("micro_batch", "global_batch", "seq_len"):

@@ -101,7 +101,7 @@ def config_key(rec: Record) -> tuple:
     p = rec.workload.parallelism
     par = (p.dp_shard, p.dp_replicate, p.tp, p.pp, p.cp, p.ep)
     wl = tuple(getattr(rec.workload, k) for k in WORKLOAD_KEYS)
-    return hw + par + wl
+    return hw + par + wl + (tuple(sorted(rec.workload.options.items())),)
 
 
 def source_key(rec: Record) -> tuple:

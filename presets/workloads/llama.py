@@ -27,13 +27,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import socket
 import statistics
 import sys
-import threading
 import time
-import tomllib
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -42,18 +38,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 PROG = "llama.py"
-MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
-PRESET_FIELDS = ("dim", "n_layers", "n_heads", "n_kv_heads", "vocab_size", "ffn_dim", "rope_theta", "norm_eps")
-
-# Dense bf16 tensor-core peaks (TFLOP/s) by device name, as TorchTitan's get_peak_flops: the first key found in
-# torch.cuda.get_device_name() wins, so the H100 variants come before plain "H100".
-PEAK_BF16_TFLOPS = (
-    ("H100 NVL", 835.0),
-    ("H100 PCIe", 756.0),
-    ("H100", 989.0),
-    ("H200", 989.0),
-    ("A100", 312.0),
-)
+sys.path.insert(0, str(Path(__file__).resolve().parent))     # workload_common.py, however this file is loaded
+from workload_common import (ModelArgs, Parser, UsageError, default_env, env_int, flops_per_token,  # noqa: E402
+                             load_model_args, peak_tflops_for, settle_threads)
 
 
 # Weights of pipeline stage p use seed WEIGHT_SEED_STRIDE × --seed + p; the data of data-parallel rank d use
@@ -62,73 +49,7 @@ WEIGHT_SEED_STRIDE = 1000
 DATA_SEED_BASE = 1 << 40
 
 
-class UsageError(Exception):
-    """A bad option or an option combination this script cannot run; reported in one line, exit status 2."""
-
-
 # ------------------------------------------------------------------------------------------------------ model shapes
-@dataclass(frozen=True)
-class ModelArgs:
-    """The shapes of a Llama 3 model, as in a presets/models/*.toml file."""
-
-    name: str
-    dim: int
-    n_layers: int
-    n_heads: int
-    n_kv_heads: int
-    vocab_size: int
-    ffn_dim: int
-    rope_theta: float
-    norm_eps: float
-
-    @property
-    def head_dim(self) -> int:
-        return self.dim // self.n_heads
-
-
-def resolve_model_path(spec: str) -> Path:
-    """`llama3-8b` -> <this dir>/../models/llama3-8b.toml; anything ending in .toml is a path."""
-    if spec.endswith(".toml"):
-        return Path(spec)
-    return MODELS_DIR / f"{spec}.toml"
-
-
-def load_model_args(spec: str, layers: int | None = None) -> ModelArgs:
-    """Read a model preset TOML; `layers` replaces n_layers."""
-    path = resolve_model_path(spec)
-    if not path.is_file():
-        known = sorted(p.stem for p in MODELS_DIR.glob("*.toml"))
-        raise UsageError(f"model preset '{spec}' not found ({path}); known: {', '.join(known)}")
-    try:
-        with open(path, "rb") as f:
-            data = tomllib.load(f)
-    except tomllib.TOMLDecodeError as e:
-        raise UsageError(f"{path}: not valid TOML: {e}") from None
-    missing = [k for k in PRESET_FIELDS if k not in data]
-    if missing:
-        raise UsageError(f"{path}: missing field(s) {', '.join(missing)}")
-    fields = {k: data[k] for k in PRESET_FIELDS}
-    for k in PRESET_FIELDS[:6]:
-        if not isinstance(fields[k], int) or isinstance(fields[k], bool) or fields[k] <= 0:
-            raise UsageError(f"{path}: {k} must be a positive integer, got {fields[k]!r}")
-    for k in ("rope_theta", "norm_eps"):
-        if not isinstance(fields[k], (int, float)) or fields[k] <= 0:
-            raise UsageError(f"{path}: {k} must be a positive number, got {fields[k]!r}")
-        fields[k] = float(fields[k])
-    if layers is not None:
-        if layers <= 0:
-            raise UsageError(f"--layers must be positive, got {layers}")
-        fields["n_layers"] = layers
-    args = ModelArgs(name=str(data.get("name", path.stem)), **fields)
-    if args.dim % args.n_heads:
-        raise UsageError(f"{path}: dim {args.dim} is not divisible by n_heads {args.n_heads}")
-    if args.head_dim % 2:
-        raise UsageError(f"{path}: head size {args.head_dim} must be even for RoPE")
-    if args.n_heads % args.n_kv_heads:
-        raise UsageError(f"{path}: n_heads {args.n_heads} is not divisible by n_kv_heads {args.n_kv_heads}")
-    return args
-
-
 # ---------------------------------------------------------------------------------------------------------- model
 def rope_tables(head_dim: int, seq_len: int, theta: float, device) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and sin of the RoPE angles, each (seq_len, head_dim / 2), fp32 (Llama: theta^(-2i/d) per pair i)."""
@@ -261,19 +182,7 @@ def count_params(a: ModelArgs) -> tuple[int, int]:
     return total, total - model.tok_embeddings.weight.numel()
 
 
-def flops_per_token(a: ModelArgs, seq_len: int, params_without_embedding: int) -> int:
-    """Training FLOPs per token as TorchTitan's MFU counts them: 6 N + 12 L H Dh S (N without the input embedding)."""
-    return 6 * params_without_embedding + 12 * a.n_layers * a.n_heads * a.head_dim * seq_len
-
-
 # ----------------------------------------------------------------------------------------------------- arguments
-class Parser(argparse.ArgumentParser):
-    """argparse that reports an error in one line (no usage block) with exit status 2."""
-
-    def error(self, message):
-        raise UsageError(message)
-
-
 def parse_args(argv=None) -> argparse.Namespace:
     p = Parser(prog=PROG, description="Llama 3 trainer (DDP / FSDP2 / TP / PP 1F1B, activation checkpointing).")
     p.add_argument("--model", default="llama3-8b", help="preset name in presets/models/ or a path to a .toml")
@@ -425,15 +334,6 @@ def apply_fsdp(model: Transformer, dp_mesh, param_dtype: torch.dtype, reshard_bl
 
 
 # ---------------------------------------------------------------------------------------------------- metrics
-def peak_tflops_for(device_name: str | None) -> float | None:
-    if not device_name:
-        return None
-    for key, tflops in PEAK_BF16_TFLOPS:
-        if key in device_name:
-            return tflops
-    return None
-
-
 def step_line(step: int, loss: float, t: float, tps: float, mfu: float | None, mem: float | None) -> str:
     line = f"step {step} loss {loss:.4f} time_s {t:.4f} tps_per_gpu {tps:.1f}"
     if mfu is not None:
@@ -444,24 +344,6 @@ def step_line(step: int, loss: float, t: float, tps: float, mfu: float | None, m
 
 
 # ------------------------------------------------------------------------------------------------------ main
-def default_env() -> None:
-    """Without torchrun, run as a world of one."""
-    if "RANK" in os.environ:
-        return
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1",
-                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-
-
-def env_int(name: str) -> int:
-    try:
-        return int(os.environ[name])
-    except (KeyError, ValueError):
-        raise UsageError(f"environment variable {name} must be an integer (launch with torchrun)") from None
-
-
 def describe(args, a: ModelArgs) -> None:
     total, no_emb = count_params(a)
     print(json.dumps({"model": a.name, "shapes": asdict(a), "params": total, "params_without_embedding": no_emb,
@@ -744,29 +626,6 @@ def main(argv=None) -> int:
     train(args, a, layout, rank, local_rank)
     settle_threads()
     return 0
-
-
-def settle_threads(timeout_s: float = 1.0, window_s: float = 0.02) -> None:
-    """Wait (Linux) until the process's other threads have used no CPU for `window_s`, at most `timeout_s`.
-
-    A worker thread of PyTorch (autograd's, a process group's) still releasing Python objects when the interpreter
-    finalizes is ended by CPython with pthread_exit, which PyTorch's C++ frames turn into std::terminate: the run would
-    end with SIGABRT after training finished. Waiting here, with the GIL released by each sleep, lets it finish."""
-    def busy() -> int | None:
-        try:
-            tids = [t for t in os.listdir("/proc/self/task") if int(t) != threading.get_native_id()]
-            return sum(int(open(f"/proc/self/task/{t}/schedstat").read().split()[0]) for t in tids)
-        except (OSError, ValueError, IndexError):
-            return None
-
-    deadline = time.monotonic() + timeout_s
-    before = busy()
-    while before is not None and time.monotonic() < deadline:
-        time.sleep(window_s)
-        after = busy()
-        if after == before:
-            return
-        before = after
 
 
 if __name__ == "__main__":

@@ -35,13 +35,17 @@ from phantora.gpus import load_gpu
 
 from . import build, clock, context
 from .config import StubConfig
-from .runtime import LocalRuntime, Runtime
+from .runtime import LocalRuntime, Runtime, local_cluster
 
 
 def _local_factory(config: StubConfig, gpu: Any, capacity: int) -> Runtime:
+    """The rank simulated in process by the engine, on the cluster PHANTORA_CLUSTER with the configured world,
+    host size and GPU (runtime.local_cluster)."""
+    cluster = local_cluster(config.world_size, config.local_devices, config.gpu, config.cluster)
+    scale = float(os.environ.get("PHANTORA_CPU_TIME_SCALE") or 1.0)     # as remote.remote_factory reads it
     return LocalRuntime(capacity_bytes=capacity, rank=config.rank, world_size=config.world_size,
-                        local_rank=config.local_rank, launch_overhead_s=config.launch_overhead_s, oplog=config.oplog,
-                        record=False)
+                        local_rank=config.local_rank, launch_overhead_s=config.launch_overhead_s,
+                        cpu_time_scale=scale, cluster=cluster, oplog=config.oplog, record=False)
 
 
 def _remote_factory(config: StubConfig, gpu: Any, capacity: int) -> Runtime:
@@ -172,7 +176,7 @@ def install_torch(ctx: context.Context) -> None:
     """The torch-side pieces (runs right after `import torch` completes)."""
     if ctx.dev is not None:
         return
-    from . import cuda_api, distributed, fake
+    from . import cuda_install, dist_ddp, dist_install, fake
     from .comm import GroupRegistry
     from .costing import Coster
     from .devstate import DeviceState
@@ -184,11 +188,11 @@ def install_torch(ctx: context.Context) -> None:
     ctx.coster = Coster(ctx.gpu, ctx.runtime.intern_signature, ctx.config.cost_model)
     ctx.mem = MemoryTracker(ctx.runtime, ctx.dev, ctx.gpu.display_name)
     ctx.groups = GroupRegistry(ctx.runtime, ctx.dev)
-    cuda_api.install(ctx)
+    cuda_install.install(ctx)
     fake.install(ctx)
-    distributed.install(ctx)
+    dist_install.install(ctx)
     when_imported("torch.distributed.device_mesh", fake.patch_device_mesh)
     when_imported("torch.nn.attention.flex_attention", fake.patch_flex_attention)
-    when_imported("torch.nn.parallel.distributed", distributed.patch_ddp_module)
+    when_imported("torch.nn.parallel.distributed", dist_ddp.patch_ddp_module)
     fake.patch_distributed(sys.modules["torch.distributed"])
     clock.METER.reset()

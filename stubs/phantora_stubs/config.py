@@ -11,6 +11,7 @@ from phantora.software import SDPA_BACKENDS, parse_release
 from .errors import StubConfigError
 
 DEFAULT_GPU = "h100-sxm-80gb"
+DEFAULT_CLUSTER = "h100-hgx"     # `phantora run`'s default cluster preset
 
 
 def _int(name: str, default: int | None) -> int | None:
@@ -50,6 +51,7 @@ class StubConfig:
     sdpa: tuple[str, ...] = ()     # PHANTORA_SDPA: forced SDPA backend order (cudnn, flash, efficient, math)
     host_cpu: str = hostcpu.DEFAULT_MODE   # PHANTORA_HOST_CPU: model (counted host work, priced) or measured
     host_costs: hostcpu.HostCosts | None = None   # PHANTORA_HOST_COSTS: py_call_ns,c_call_ns,dispatch_us
+    cluster: str = DEFAULT_CLUSTER  # PHANTORA_CLUSTER: cluster preset or TOML the LocalRuntime's engine simulates
 
     @classmethod
     def from_env(cls) -> "StubConfig":
@@ -82,7 +84,8 @@ class StubConfig:
                    cost_model=os.environ.get("PHANTORA_COSTMODEL") or "phantora.costmodel",
                    launch_overhead_s=overhead_us * 1e-6, epoch=_float("PHANTORA_EPOCH", None),
                    oplog=os.environ.get("PHANTORA_OPLOG") or None, torch_cuda=_release("PHANTORA_TORCH_CUDA"),
-                   sdpa=_sdpa("PHANTORA_SDPA"), host_cpu=_host_mode(), host_costs=_host_costs())
+                   sdpa=_sdpa("PHANTORA_SDPA"), host_cpu=_host_mode(), host_costs=_host_costs(),
+                   cluster=os.environ.get("PHANTORA_CLUSTER") or DEFAULT_CLUSTER)
 
 
 def _host_mode() -> str:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import copyreg
 import functools
 import os
+import sys
 import warnings
 from typing import Any
 
@@ -52,16 +53,26 @@ def make_fake_mode() -> FakeTensorMode:
 
 # ---- swap_tensors --------------------------------------------------------------------------------------------------
 
-def _swap_fake(t1: torch.Tensor, t2: torch.Tensor) -> None:
-    """swap_tensors without the weak-reference check (fake tensors are weakly referenced by their fake mode)."""
+def _swap_fake(t1: torch.Tensor, t2: torch.Tensor, keep_attributes: bool = False) -> None:
+    """swap_tensors without the weak-reference check (fake tensors are weakly referenced by their fake mode).
+
+    `keep_attributes`: `t1` keeps the Python attributes it had that `t2` lacks. `nn.Module._apply` (`.to()`,
+    `.cuda()`, `.bfloat16()`) swaps fake parameters because they are fake; on a GPU machine it assigns `param.data`
+    instead, and the parameter keeps the attributes a framework set on it (Megatron's `tensor_model_parallel`,
+    `sequence_parallel`, `shared`, `allreduce`). Without them, one rank left every parameter out of its gradient
+    norm."""
     slots1 = set(copyreg._slotnames(t1.__class__))   # type: ignore[attr-defined]
     slots2 = set(copyreg._slotnames(t2.__class__))   # type: ignore[attr-defined]
     if slots1 != slots2:
         raise RuntimeError("Cannot swap t1 and t2 if they have different slots")
+    kept = dict(t1.__dict__) if keep_attributes else {}
     for name in ("__class__", "__dict__"):
         a, b = getattr(t1, name), getattr(t2, name)
         setattr(t1, name, b)
         setattr(t2, name, a)
+    for key, value in kept.items():
+        if key not in t1.__dict__:
+            t1.__dict__[key] = value
     for slot in slots1:
         h1, h2 = hasattr(t1, slot), hasattr(t2, slot)
         a = getattr(t1, slot) if h1 else None
@@ -78,6 +89,9 @@ def _swap_fake(t1: torch.Tensor, t2: torch.Tensor) -> None:
     VALUES.swap(t1, t2)
 
 
+_MODULE_APPLY_CODE = torch.nn.Module._apply.__code__
+
+
 def _install_swap() -> None:
     original = torch.utils.swap_tensors
     if getattr(original, "__phantora__", False):
@@ -86,7 +100,9 @@ def _install_swap() -> None:
     @functools.wraps(original)
     def swap_tensors(t1, t2):
         if isinstance(t1, FakeTensor) or isinstance(t2, FakeTensor):
-            return _swap_fake(t1, t2)
+            keep = (sys._getframe(1).f_code is _MODULE_APPLY_CODE
+                    and not torch.__future__.get_swap_module_params_on_conversion())
+            return _swap_fake(t1, t2, keep_attributes=keep)
         return original(t1, t2)
 
     swap_tensors.__phantora__ = True   # type: ignore[attr-defined]
@@ -363,6 +379,45 @@ def _leave_fake_in_child(ctx) -> None:
     ctx.extras["forked_child"] = True
 
 
+def _install_scalar_read_kernel(ctx) -> None:
+    """A CUDA kernel for `aten::_local_scalar_dense`: reads of a CUDA tensor's element that happen below the Python
+    dispatcher, where no mode sees them.
+
+    `torch.tensor([t0, t1, ...])` over 0-d CUDA tensors reads each element in C++ with the modes switched off
+    (tensor_new.cpp), so the read reaches the CUDA backend, which a CPU build lacks (Megatron-core's multi-tensor
+    L2 norm does this). As on a GPU, each read is a blocking device-to-host copy; its value comes from the value
+    table (a placeholder when unknown), as `.item()` does."""
+    if "scalar_read" in _PATCHED:
+        return
+    lib = torch.library.Library("aten", "IMPL")
+
+    def local_scalar_dense(t):
+        METER.enter()
+        try:
+            if ctx.interceptor is not None:
+                ctx.interceptor._host_read(t, t.element_size())
+            return VALUES.item(t)
+        finally:
+            METER.exit()
+
+    lib.impl("_local_scalar_dense", local_scalar_dense, "CUDA")
+    _PATCHED["scalar_read"] = lib
+
+
+def _mark_cuda_initialized() -> None:
+    """Have torch's C++ side record CUDA as initialized, as the first CUDA call of a real program does.
+
+    `torch.tensor(data, device='cuda')` under a fake mode picks device 0 rather than the current device while torch
+    believes CUDA uninitialized (tensor_new.cpp), and torch never initializes it under a fake mode: on a rank whose
+    current device is 1 the tensor landed on cuda:0 (Megatron's loss scale then met the loss on cuda:1). A CUDA
+    factory call outside the fake mode runs torch's lazy initialization (our `torch.cuda._lazy_init`, a no-op) and
+    sets the flag; the allocation that follows fails on a CPU build, which is all it is asked for."""
+    try:
+        torch.zeros(0, device="cuda")
+    except Exception:  # noqa: BLE001 - no CUDA allocator on a CPU build: the initialization flag is set already
+        pass
+
+
 # ---- installation ----------------------------------------------------------------------------------------------------
 
 def install(ctx) -> None:
@@ -376,6 +431,7 @@ def install(ctx) -> None:
     _install_compile()
     triton_stub.install()
     _install_tensor_readers(ctx)
+    _install_scalar_read_kernel(ctx)
     _install_foreach_types()
     _install_iteration_marks(ctx)
     interceptor.install_sdpa_routing()
@@ -390,6 +446,7 @@ def install(ctx) -> None:
         ctx.extras["dispatch_bias"] = METER.dispatch_bias
     from .bootstrap import when_imported
     when_imported("torch.distributed.tensor._sharding_prop", patch_sharding_propagation)
+    _mark_cuda_initialized()
     mode = make_fake_mode()
     ictp = interceptor.Interceptor(ctx)
     mode.__enter__()

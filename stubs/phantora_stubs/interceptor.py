@@ -34,7 +34,7 @@ from typing import Any
 import torch
 from phantora.engine.ops import CostSource, Memcpy, Op, OpKind
 from torch._subclasses.fake_tensor import (DataDependentOutputException, DynamicOutputShapeException, FakeTensor,
-                                           UnsupportedOperatorException, _check_for_subclass)
+                                           UnsupportedOperatorException, _check_for_subclass, unset_fake_temporarily)
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.weak import WeakIdKeyDictionary
@@ -139,6 +139,22 @@ def _tensors(tree: Any) -> list[torch.Tensor]:
     return [x for x in pytree.tree_leaves(tree) if isinstance(x, torch.Tensor)]
 
 
+def _real_host_op(args: Any, kwargs: dict) -> bool:
+    """Whether an op computes on real host tensors only (a real CPU tensor made in C++, where no mode sees it:
+    `torch.get_rng_state()`, `torch.from_numpy`, a storage read), so it runs for real, as on a GPU machine.
+
+    Under the fake mode such ops would return fake tensors, and their values would be placeholders: Megatron-core
+    compares CPU RNG states at every RNG fork and warned each time that the state had changed."""
+    first = args[0] if args else None
+    if isinstance(first, FakeTensor) or (first is not None and not isinstance(first, (torch.Tensor, list, tuple))):
+        return False
+    device = kwargs.get("device")
+    if device is not None and torch.device(device).type != "cpu":
+        return False
+    tensors = _tensors((args, kwargs))
+    return bool(tensors) and all(type(t) is torch.Tensor and t.device.type == "cpu" for t in tensors)
+
+
 def _cuda_index(tensors: list[torch.Tensor]) -> int | None:
     for t in tensors:
         d = t.device
@@ -184,6 +200,9 @@ class Interceptor(TorchDispatchMode):
         cat = self._cats.get(func)
         if cat is None:
             cat = self._cats[func] = _classify(func)
+        if cat <= COPY and func is not _LIFT_FRESH and _real_host_op(args, kwargs):
+            with unset_fake_temporarily():
+                return func(*args, **kwargs)
         if cat == VIEW:
             out = self._run(func, args, kwargs)
             if VALUES.table or func is _LIFT_FRESH:

@@ -1,0 +1,89 @@
+"""Files the `megatron` suite's records from the workload's SUMMARY files that measure.sh wrote.
+
+    python groundtruth/megatron/make_records.py groundtruth/megatron/h200x2
+    python groundtruth/megatron/make_records.py groundtruth/megatron/h100x1
+
+Each <name>.json becomes groundtruth/megatron/<gpu>-<gpus>-<name>.toml, checked as `phantora groundtruth submit`
+checks a record. The GPU is read from the folder's system*.txt (nvidia-smi's name).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from phantora.groundtruth.schema import Hardware, Metrics, Parallelism, Record, Source, Workload
+from phantora.groundtruth.submit import canonical_text
+
+RECOMPUTE = {"none": "none", "full": "full", "selective": "selective-op"}
+OPTION_KEYS = ("vpp", "distributed_optimizer", "overlap_grad_reduce", "overlap_param_gather", "sequence_parallel")
+
+
+# nvidia-smi name -> (id prefix, GPU preset, cluster preset of 1 GPU, of 2 GPUs, host in words, measuring script)
+GPUS = {"NVIDIA H200": ("h200", "h200-sxm-141gb", "h200-1gpu", "h200-2gpu-nvlink", "2 NVLinked H200 of one host",
+                        "measure.sh"),
+        "NVIDIA H100 80GB HBM3": ("h100", "h100-sxm-80gb", "h100-1gpu", "", "a one-H100 host", "measure-1gpu.sh")}
+
+
+def gpu_of(folder: Path) -> tuple[str, str, str, str, str, str]:
+    for path in sorted(folder.glob("system*.txt")):
+        for line in path.read_text().splitlines():
+            name = line.split(",")[0].strip()
+            if name in GPUS:
+                return GPUS[name]
+    raise SystemExit(f"{folder}: no system*.txt naming a known GPU ({', '.join(GPUS)})")
+
+
+def record_of(path: Path) -> Record:
+    d = json.loads(path.read_text())
+    c = d["config"]
+    gpus = c["world_size"]
+    name = path.stem
+    options = {k: c[k] for k in OPTION_KEYS if c.get(k) not in (None, False)}
+    if d["shapes"]["n_layers"] != _preset_layers(d["model"]):
+        options["layers"] = d["shapes"]["n_layers"]
+    folder = path.parent.relative_to(Path(__file__).resolve().parent.parent.parent)
+    prefix, gpu, cluster1, cluster2, host, script = gpu_of(path.parent)
+    log = (f"Raw output: {folder}/{name}.log and .json" if path.with_suffix(".log").exists() else
+           f"Raw output: {folder}/{name}.json (the run's log was not kept)")
+    return Record(
+        id=f"{prefix}-{gpus}-{name}", suite="megatron",
+        notes=(f"presets/workloads/megatron_gpt.py (Megatron-core 0.16.1, local layer spec) on {gpus} GPU(s) of "
+               f"{host}, {c['steps']} steps, median of steps 2-{c['steps']} (the workload's SUMMARY). Peak "
+               f"memory (torch.cuda.max_memory_allocated) was {d['peak_mem_gib']:.2f} GiB; it is not recorded as a "
+               f"metric because the simulation reports reserved memory. {log}; "
+               f"command: groundtruth/megatron/{script}."),
+        source=Source(date="2026-11-26", contributor=f"phantora maintainers (measured on {gpus} GPU(s) of {host})", version="presets/workloads/megatron_gpt.py, megatron-core 0.16.1",
+                      section=f"{folder}/{name}.json"),
+        hardware=Hardware(gpu=gpu, gpus=gpus, hosts=1, gpus_per_host=gpus,
+                          cluster=cluster2 if gpus == 2 else cluster1, intra_host_link="nvswitch",
+                          inter_host_gbps_per_gpu=0.0, inter_host_link="none (one host)"),
+        workload=Workload(framework="megatron-core", framework_version="0.16.1", model=d["model"],
+                          micro_batch=c["micro_batch"], global_batch=c["global_batch"], seq_len=c["seq"],
+                          activation_checkpointing=RECOMPUTE[c["recompute"]],
+                          parallelism=Parallelism(dp_replicate=c["dp"], tp=c["tp"], pp=c["pp"]),
+                          precision="bf16", torch_version="2.11.0+cu130", optimizer="Adam (Megatron, fp32 master)",
+                          options=options),
+        metrics=Metrics(iteration_s=round(d["median_step_s"], 5), tokens_per_s_per_gpu=round(d["tps_per_gpu"], 1)),
+    )
+
+
+def _preset_layers(model: str) -> int:
+    import tomllib
+
+    from phantora.paths import presets_dir
+    return tomllib.loads((presets_dir() / "models" / f"{model}.toml").read_text())["n_layers"]
+
+
+def main(folder: str) -> None:
+    out = Path(__file__).resolve().parent
+    for path in sorted(Path(folder).resolve().glob("*.json")):
+        rec = record_of(path)
+        rec.validate()
+        (out / f"{rec.id}.toml").write_text(canonical_text(rec))
+        print(out / f"{rec.id}.toml")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -1,0 +1,297 @@
+#!/usr/bin/env python
+"""A Megatron-core GPT/Llama trainer in the style of Megatron-LM's `examples/run_simple_mcore_train_loop.py`.
+
+    torchrun --nproc-per-node 2 presets/workloads/megatron_gpt.py --model llama3.2-1b --tp 2
+    phantora run --gpus-per-node 8 -- python presets/workloads/megatron_gpt.py --model llama3-8b --tp 2 --pp 2
+
+It imports nothing from Phantora: the same file measures ground truth on real GPUs under torchrun and is simulated
+under `phantora run`. What it does, with Megatron-core's own pieces only:
+
+- `parallel_state.initialize_model_parallel(tp, pp, vpp)` and `model_parallel_cuda_manual_seed`;
+- `GPTModel` with a Llama shape from a model preset TOML (RMSNorm, SwiGLU, RoPE, grouped-query attention, untied
+  output head), built with `get_gpt_layer_local_spec()` (`--spec local`, Megatron-core's own modules) or
+  `get_gpt_layer_with_transformer_engine_spec()` (`--spec te`, needs Transformer Engine);
+- bf16 through `Float16Module`, Megatron's `DistributedDataParallel` (`--overlap-grad-reduce`,
+  `--overlap-param-gather`) and `get_megatron_optimizer` (Adam, `--distributed-optimizer`, `--clip-grad`);
+- `get_forward_backward_func()`: no pipelining, 1F1B, or interleaved 1F1B with `--vpp N`;
+- `--recompute none|full|selective`, `--sequence-parallel`;
+- random tokens; rank 0 prints one line per step and a final `SUMMARY {json}` line (the same keys as
+  presets/workloads/llama.py's).
+
+Bad arguments end the run with one line on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from dataclasses import asdict
+from functools import partial
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+PROG = "megatron_gpt"
+sys.path.insert(0, str(Path(__file__).resolve().parent))     # workload_common.py, however this file is loaded
+from workload_common import (ModelArgs, Parser, UsageError, default_env, flops_per_token,  # noqa: E402
+                             load_model_args, peak_tflops_for, settle_threads)
+
+
+def count_params(a: ModelArgs) -> tuple[int, int]:
+    """(all parameters, parameters without the input embedding), from the shapes."""
+    kv = a.n_kv_heads * a.head_dim
+    block = a.dim * (a.dim + 2 * kv) + a.dim * a.dim + 3 * a.dim * a.ffn_dim + 2 * a.dim
+    body = a.n_layers * block + a.dim + a.vocab_size * a.dim          # blocks, final norm, output head
+    return body + a.vocab_size * a.dim, body
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = Parser(prog=PROG, description="Megatron-core GPT/Llama training loop (random data).")
+    p.add_argument("--model", default="llama3.2-1b", help="preset name in presets/models/ or a path to a .toml")
+    p.add_argument("--layers", type=int, default=None, help="override n_layers of the preset")
+    p.add_argument("--tp", type=int, default=1, help="tensor-parallel degree")
+    p.add_argument("--pp", type=int, default=1, help="pipeline-parallel degree")
+    p.add_argument("--vpp", type=int, default=None, help="virtual pipeline stages per rank (interleaved 1F1B)")
+    p.add_argument("--micro-batch", type=int, default=1, help="micro-batch size")
+    p.add_argument("--global-batch", type=int, default=None,
+                   help="global batch (default: micro-batch x data-parallel size; pp x that under PP)")
+    p.add_argument("--seq", type=int, default=2048, help="sequence length")
+    p.add_argument("--steps", type=int, default=10, help="training steps")
+    p.add_argument("--recompute", choices=("none", "full", "selective"), default="none",
+                   help="activation recompute: none, full (uniform, every layer) or selective (core attention)")
+    p.add_argument("--sequence-parallel", action="store_true", help="sequence parallelism (with --tp > 1)")
+    p.add_argument("--distributed-optimizer", action="store_true", help="shard the optimizer state over DP")
+    p.add_argument("--overlap-grad-reduce", action="store_true", help="overlap the DP gradient reduction")
+    p.add_argument("--overlap-param-gather", action="store_true",
+                   help="overlap the parameter all-gather (with --distributed-optimizer)")
+    p.add_argument("--clip-grad", type=float, default=1.0, help="gradient clipping norm (0 disables)")
+    p.add_argument("--spec", choices=("local", "te"), default="local",
+                   help="layer spec: Megatron-core's own modules, or Transformer Engine's")
+    p.add_argument("--no-batch-p2p", action="store_true", help="pipeline p2p without batch_isend_irecv")
+    p.add_argument("--lr", type=float, default=3e-4, help="Adam learning rate")
+    p.add_argument("--seed", type=int, default=1234, help="seed")
+    p.add_argument("--json-out", default=None, help="also write the SUMMARY json to this file (rank 0)")
+    args = p.parse_args(argv)
+    for name in ("tp", "pp", "micro_batch", "seq", "steps"):
+        if getattr(args, name) <= 0:
+            raise UsageError(f"--{name.replace('_', '-')} must be positive")
+    if args.vpp is not None and (args.vpp < 2 or args.pp < 2):
+        raise UsageError("--vpp needs --pp >= 2 and a value >= 2")
+    if args.sequence_parallel and args.tp == 1:
+        raise UsageError("--sequence-parallel needs --tp > 1")
+    if args.overlap_param_gather and not args.distributed_optimizer:
+        raise UsageError("--overlap-param-gather needs --distributed-optimizer")
+    return args
+
+
+def check_layout(args, a: ModelArgs, world: int) -> int:
+    """The data-parallel size; errors for layouts Megatron would refuse later with an assertion."""
+    if world % (args.tp * args.pp):
+        raise UsageError(f"world size {world} is not divisible by tp x pp = {args.tp * args.pp}")
+    chunks = args.pp * (args.vpp or 1)
+    if a.n_layers % chunks:
+        raise UsageError(f"{a.n_layers} layers do not split into {chunks} pipeline chunks")
+    if a.n_heads % args.tp or a.n_kv_heads % args.tp:
+        raise UsageError(f"--tp {args.tp} does not divide the heads ({a.n_heads}, kv {a.n_kv_heads})")
+    if args.sequence_parallel and args.seq % args.tp:
+        raise UsageError(f"--seq {args.seq} is not divisible by --tp {args.tp}")
+    return world // (args.tp * args.pp)
+
+
+def build_model(args, a: ModelArgs):
+    from megatron.core import parallel_state as ps
+    from megatron.core.models.gpt.gpt_model import GPTModel
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    recompute = {"none": {}, "full": dict(recompute_granularity="full", recompute_method="uniform",
+                                          recompute_num_layers=1),
+                 "selective": dict(recompute_granularity="selective")}[args.recompute]
+    config = TransformerConfig(
+        num_layers=a.n_layers, hidden_size=a.dim, ffn_hidden_size=a.ffn_dim, num_attention_heads=a.n_heads,
+        num_query_groups=a.n_kv_heads, kv_channels=a.head_dim, normalization="RMSNorm", layernorm_epsilon=a.norm_eps,
+        gated_linear_unit=True, activation_func=F.silu, add_bias_linear=False, hidden_dropout=0.0,
+        attention_dropout=0.0, bf16=True, params_dtype=torch.bfloat16, pipeline_dtype=torch.bfloat16,
+        tensor_model_parallel_size=args.tp, pipeline_model_parallel_size=args.pp,
+        virtual_pipeline_model_parallel_size=args.vpp, sequence_parallel=args.sequence_parallel,
+        batch_p2p_comm=not args.no_batch_p2p, variable_seq_lengths=False, **recompute)
+    if args.spec == "te":
+        from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_with_transformer_engine_spec
+        spec = get_gpt_layer_with_transformer_engine_spec()
+    else:
+        from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+        spec = get_gpt_layer_local_spec(normalization="RMSNorm")
+    chunks = []
+    for vp in range(args.vpp or 1):
+        vp_stage = vp if args.vpp else None
+        chunk = GPTModel(config=config, transformer_layer_spec=spec, vocab_size=a.vocab_size,
+                         max_sequence_length=args.seq,
+                         pre_process=ps.is_pipeline_first_stage(ignore_virtual=False, vp_stage=vp_stage),
+                         post_process=ps.is_pipeline_last_stage(ignore_virtual=False, vp_stage=vp_stage),
+                         share_embeddings_and_output_weights=False, position_embedding_type="rope",
+                         rotary_base=int(a.rope_theta), vp_stage=vp_stage)
+        chunks.append(chunk)
+    return config, chunks
+
+
+def train(args, a: ModelArgs, dp: int, rank: int, local_rank: int) -> None:
+    from megatron.core import parallel_state as ps
+    from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
+    from megatron.core.distributed.finalize_model_grads import finalize_model_grads
+    from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+    from megatron.core.pipeline_parallel.schedules import get_forward_backward_func
+    from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
+    from megatron.core.transformer.module import Float16Module
+
+    torch.cuda.set_device(local_rank)
+    torch.distributed.init_process_group(backend="nccl")
+    ps.initialize_model_parallel(tensor_model_parallel_size=args.tp, pipeline_model_parallel_size=args.pp,
+                                 virtual_pipeline_model_parallel_size=args.vpp)
+    model_parallel_cuda_manual_seed(args.seed)
+
+    config, chunks = build_model(args, a)
+    ddp_config = DistributedDataParallelConfig(
+        grad_reduce_in_fp32=True, overlap_grad_reduce=args.overlap_grad_reduce,
+        overlap_param_gather=args.overlap_param_gather, use_distributed_optimizer=args.distributed_optimizer)
+    model = []
+    for i, chunk in enumerate(chunks):
+        chunk.cuda(torch.cuda.current_device())
+        chunk = Float16Module(config, chunk)
+        model.append(DistributedDataParallel(config=config, ddp_config=ddp_config, module=chunk,
+                                             disable_bucketing=i > 0))
+    optimizer = get_megatron_optimizer(
+        OptimizerConfig(optimizer="adam", lr=args.lr, weight_decay=0.1, adam_beta1=0.9, adam_beta2=0.95, bf16=True,
+                        params_dtype=torch.bfloat16, use_distributed_optimizer=args.distributed_optimizer,
+                        clip_grad=args.clip_grad),
+        model)
+
+    # As Megatron-LM's training loop wires them.
+    if args.overlap_grad_reduce:
+        config.no_sync_func = [m.no_sync for m in model] if len(model) > 1 else model[0].no_sync
+    config.finalize_model_grads_func = finalize_model_grads
+    config.grad_scale_func = optimizer.scale_loss
+
+    global_batch = args.global_batch or args.micro_batch * dp * (args.pp if args.pp > 1 else 1)
+    if global_batch % (args.micro_batch * dp):
+        raise UsageError(f"--global-batch {global_batch} is not a multiple of micro-batch x dp = "
+                         f"{args.micro_batch * dp}")
+    microbatches = global_batch // (args.micro_batch * dp)
+    device = torch.device("cuda", torch.cuda.current_device())
+    generator = torch.Generator(device=device)
+    generator.manual_seed(args.seed + ps.get_data_parallel_rank())
+
+    def batches():
+        while True:
+            tokens = torch.randint(0, a.vocab_size, (args.micro_batch, args.seq + 1), device=device,
+                                   generator=generator)
+            position_ids = torch.arange(args.seq, device=device).unsqueeze(0).expand(args.micro_batch, -1)
+            yield {"tokens": tokens[:, :-1].contiguous(), "labels": tokens[:, 1:].contiguous(),
+                   "position_ids": position_ids, "loss_mask": torch.ones(args.micro_batch, args.seq, device=device)}
+
+    def loss_func(loss_mask, output_tensor):
+        losses = output_tensor.float().view(-1)
+        mask = loss_mask.view(-1)
+        loss = torch.sum(losses * mask)
+        tokens = mask.sum().clone().detach().to(torch.int)
+        return loss, tokens, {"lm loss": torch.cat([loss.clone().detach().view(1), tokens.float().view(1)])}
+
+    def forward_step(data_iterator, chunk):
+        batch = next(data_iterator)
+        output = chunk(batch["tokens"], batch["position_ids"], None, labels=batch["labels"])
+        return output, partial(loss_func, batch["loss_mask"])
+
+    iterators = [batches() for _ in model] if len(model) > 1 else batches()
+    forward_backward = get_forward_backward_func()
+    n_params, n_params_no_emb = count_params(a)
+    fpt = flops_per_token(a, args.seq, n_params_no_emb)
+    world = torch.distributed.get_world_size()
+    tokens_per_step = global_batch * args.seq
+    device_name = torch.cuda.get_device_name(device)
+    peak = peak_tflops_for(device_name)
+    log = rank == 0
+    if log:
+        print(f"{PROG}: model {a.name} ({n_params:,} parameters, {a.n_layers} layers), world {world} = "
+              f"tp {args.tp} x pp {args.pp} x dp {dp}, vpp {args.vpp or 1}, micro-batch {args.micro_batch}, "
+              f"global batch {global_batch} ({microbatches} microbatches), seq {args.seq}, recompute "
+              f"{args.recompute}, spec {args.spec}, on {device_name}", flush=True)
+
+    times, losses = [], []
+    for step in range(1, args.steps + 1):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for m in model:
+            m.zero_grad_buffer()
+        optimizer.zero_grad()
+        reduced = forward_backward(forward_step_func=forward_step, data_iterator=iterators, model=model,
+                                   num_microbatches=microbatches, seq_length=args.seq,
+                                   micro_batch_size=args.micro_batch, decoder_seq_length=args.seq,
+                                   forward_only=False)
+        update_ok, grad_norm, _ = optimizer.step()
+        torch.cuda.synchronize()
+        dt = time.perf_counter() - t0
+        times.append(dt)
+        loss_value = float("nan")          # on the last pipeline stage only: the others print "loss n/a"
+        if reduced and ps.is_pipeline_last_stage(ignore_virtual=True):
+            total = torch.stack([r["lm loss"] for r in reduced]).sum(0)
+            loss_value = (total[0] / total[1]).item()
+        losses.append(loss_value)
+        if log:
+            tps = tokens_per_step / dt / world
+            loss_text = "n/a" if loss_value != loss_value else f"{loss_value:.4f}"
+            line = f"step {step} loss {loss_text} time_s {dt:.4f} tps_per_gpu {tps:.1f}"
+            if peak:
+                line += f" mfu {100.0 * tps * fpt / (peak * 1e12):.2f}%"
+            line += f" mem_gib {torch.cuda.max_memory_allocated(device) / 2**30:.2f}"
+            if grad_norm is not None:
+                line += f" grad_norm {float(grad_norm):.3f}"
+            print(line, flush=True)
+
+    if log:
+        median = statistics.median(times[1:] if len(times) > 1 else times)
+        tps = tokens_per_step / median / world
+        summary = {
+            "workload": "megatron_gpt", "model": a.name, "shapes": asdict(a), "params": n_params,
+            "params_without_embedding": n_params_no_emb, "flops_per_token": fpt,
+            "global_tokens_per_step": tokens_per_step, "step_times_s": times, "losses": losses,
+            "median_step_s": median, "tps_per_gpu": tps, "peak_tflops": peak,
+            "mfu_pct": 100.0 * tps * fpt / (peak * 1e12) if peak else None,
+            "peak_mem_gib": torch.cuda.max_memory_allocated(device) / 2**30, "device_name": device_name,
+            "config": {"world_size": world, "tp": args.tp, "pp": args.pp, "vpp": args.vpp, "dp": dp,
+                       "micro_batch": args.micro_batch, "global_batch": global_batch, "seq": args.seq,
+                       "recompute": args.recompute, "sequence_parallel": args.sequence_parallel,
+                       "distributed_optimizer": args.distributed_optimizer,
+                       "overlap_grad_reduce": args.overlap_grad_reduce,
+                       "overlap_param_gather": args.overlap_param_gather, "clip_grad": args.clip_grad,
+                       "spec": args.spec, "steps": args.steps},
+        }
+        text = json.dumps(summary)
+        print(f"SUMMARY {text}", flush=True)
+        if args.json_out:
+            Path(args.json_out).write_text(text + "\n")
+    ps.destroy_model_parallel()
+    torch.distributed.destroy_process_group()
+
+
+def main(argv=None) -> int:
+    try:
+        args = parse_args(argv)
+        a = load_model_args(args.model, args.layers, dense_only=True)
+        if not torch.cuda.is_available():
+            raise UsageError("Megatron-core needs CUDA (run on a GPU, or under `phantora run`)")
+        default_env()
+        world, rank, local_rank = (int(os.environ[k]) for k in ("WORLD_SIZE", "RANK", "LOCAL_RANK"))
+        dp = check_layout(args, a, world)
+        train(args, a, dp, rank, local_rank)
+    except UsageError as e:
+        print(f"{PROG}: error: {e}", file=sys.stderr, flush=True)
+        return 2
+    settle_threads()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,160 @@
+"""What the workloads of presets/workloads/ share: model shapes from a preset TOML, FLOPs per token, one-line
+argument errors, the torchrun environment, device peaks and the wait for worker threads at exit.
+
+The workloads import it from beside themselves and import nothing from Phantora: they run on real GPUs under
+torchrun as they run under `phantora run`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import threading
+import time
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
+PRESET_FIELDS = ("dim", "n_layers", "n_heads", "n_kv_heads", "vocab_size", "ffn_dim", "rope_theta", "norm_eps")
+
+# Dense bf16 tensor-core peaks (TFLOP/s) by device name, as TorchTitan's get_peak_flops: the first key found in
+# torch.cuda.get_device_name() wins, so the H100 variants come before plain "H100".
+PEAK_BF16_TFLOPS = (
+    ("H100 NVL", 835.0),
+    ("H100 PCIe", 756.0),
+    ("H100", 989.0),
+    ("H200", 989.0),
+    ("A100", 312.0),
+)
+
+
+class UsageError(Exception):
+    """A bad option or an option combination this script cannot run; reported in one line, exit status 2."""
+
+
+@dataclass(frozen=True)
+class ModelArgs:
+    """The shapes of a Llama 3 model, as in a presets/models/*.toml file."""
+
+    name: str
+    dim: int
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    vocab_size: int
+    ffn_dim: int
+    rope_theta: float
+    norm_eps: float
+
+    @property
+    def head_dim(self) -> int:
+        return self.dim // self.n_heads
+
+
+def resolve_model_path(spec: str) -> Path:
+    """`llama3-8b` -> <this dir>/../models/llama3-8b.toml; anything ending in .toml is a path."""
+    if spec.endswith(".toml"):
+        return Path(spec)
+    return MODELS_DIR / f"{spec}.toml"
+
+
+def load_model_args(spec: str, layers: int | None = None, dense_only: bool = False) -> ModelArgs:
+    """Read a model preset TOML; `layers` replaces n_layers; `dense_only` refuses a mixture-of-experts preset."""
+    path = resolve_model_path(spec)
+    if not path.is_file():
+        known = sorted(p.stem for p in MODELS_DIR.glob("*.toml"))
+        raise UsageError(f"model preset '{spec}' not found ({path}); known: {', '.join(known)}")
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except tomllib.TOMLDecodeError as e:
+        raise UsageError(f"{path}: not valid TOML: {e}") from None
+    if dense_only and data.get("num_experts"):
+        raise UsageError(f"{path}: a mixture-of-experts preset; this workload builds dense models only")
+    missing = [k for k in PRESET_FIELDS if k not in data]
+    if missing:
+        raise UsageError(f"{path}: missing field(s) {', '.join(missing)}")
+    fields = {k: data[k] for k in PRESET_FIELDS}
+    for k in PRESET_FIELDS[:6]:
+        if not isinstance(fields[k], int) or isinstance(fields[k], bool) or fields[k] <= 0:
+            raise UsageError(f"{path}: {k} must be a positive integer, got {fields[k]!r}")
+    for k in ("rope_theta", "norm_eps"):
+        if not isinstance(fields[k], (int, float)) or fields[k] <= 0:
+            raise UsageError(f"{path}: {k} must be a positive number, got {fields[k]!r}")
+        fields[k] = float(fields[k])
+    if layers is not None:
+        if layers <= 0:
+            raise UsageError(f"--layers must be positive, got {layers}")
+        fields["n_layers"] = layers
+    args = ModelArgs(name=str(data.get("name", path.stem)), **fields)
+    if args.dim % args.n_heads:
+        raise UsageError(f"{path}: dim {args.dim} is not divisible by n_heads {args.n_heads}")
+    if args.head_dim % 2:
+        raise UsageError(f"{path}: head size {args.head_dim} must be even for RoPE")
+    if args.n_heads % args.n_kv_heads:
+        raise UsageError(f"{path}: n_heads {args.n_heads} is not divisible by n_kv_heads {args.n_kv_heads}")
+    return args
+
+
+def flops_per_token(a: ModelArgs, seq_len: int, params_without_embedding: int) -> int:
+    """Training FLOPs per token as TorchTitan's MFU counts them: 6 N + 12 L H Dh S (N without the input embedding)."""
+    return 6 * params_without_embedding + 12 * a.n_layers * a.n_heads * a.head_dim * seq_len
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse that reports an error in one line (no usage block) with exit status 2."""
+
+    def error(self, message):
+        raise UsageError(message)
+
+
+def peak_tflops_for(device_name: str | None) -> float | None:
+    if not device_name:
+        return None
+    for key, tflops in PEAK_BF16_TFLOPS:
+        if key in device_name:
+            return tflops
+    return None
+
+
+def default_env() -> None:
+    """Without torchrun, run as a world of one."""
+    if "RANK" in os.environ:
+        return
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1",
+                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+
+
+def env_int(name: str) -> int:
+    try:
+        return int(os.environ[name])
+    except (KeyError, ValueError):
+        raise UsageError(f"environment variable {name} must be an integer (launch with torchrun)") from None
+
+
+def settle_threads(timeout_s: float = 1.0, window_s: float = 0.02) -> None:
+    """Wait (Linux) until the process's other threads have used no CPU for `window_s`, at most `timeout_s`.
+
+    A worker thread of PyTorch (autograd's, a process group's) still releasing Python objects when the interpreter
+    finalizes is ended by CPython with pthread_exit, which PyTorch's C++ frames turn into std::terminate: the run would
+    end with SIGABRT after training finished. Waiting here, with the GIL released by each sleep, lets it finish."""
+    def busy() -> int | None:
+        try:
+            tids = [t for t in os.listdir("/proc/self/task") if int(t) != threading.get_native_id()]
+            return sum(int(open(f"/proc/self/task/{t}/schedstat").read().split()[0]) for t in tids)
+        except (OSError, ValueError, IndexError):
+            return None
+
+    deadline = time.monotonic() + timeout_s
+    before = busy()
+    while before is not None and time.monotonic() < deadline:
+        time.sleep(window_s)
+        after = busy()
+        if after == before:
+            return
+        before = after

@@ -1,0 +1,209 @@
+"""The `torch.cuda` device API of the simulated host: availability, device count, current device, properties.
+
+- device count `PHANTORA_LOCAL_DEVICES`, current device kept in sync with the C++ device guard;
+- properties, name and capability from the GPU preset (`PHANTORA_GPU`), memory size from the preset or
+  `PHANTORA_VRAM_BYTES`.
+Also the helpers every torch.cuda stand-in uses: the rank's context (`_ctx`) and a device argument as an index
+(`_index`, `_check_index`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from . import context
+
+
+def _ctx():
+    return context.get()
+
+
+def _index(device: Any = None, optional: bool = True) -> int:
+    """A device argument (None, int, str, torch.device, Stream) as an index; None is the current device."""
+    if device is None:
+        return _ctx().dev.device()
+    if isinstance(device, int):
+        return _ctx().dev.device() if device < 0 else device
+    if isinstance(device, str):
+        device = torch.device(device)
+    if isinstance(device, torch.device):
+        if device.type not in ("cuda", "meta") and not optional:
+            raise ValueError(f"Expected a cuda device, but got: {device}")
+        return _ctx().dev.device() if device.index is None else device.index
+    if isinstance(device, torch.Stream):
+        return device.device_index
+    idx = getattr(device, "idx", None)
+    if isinstance(idx, int):
+        return idx
+    raise ValueError(f"Invalid device argument {device!r}")
+
+
+# ---- devices ---------------------------------------------------------------------------------------------------------
+
+def is_available() -> bool:
+    return True
+
+
+def is_initialized() -> bool:
+    return True
+
+
+def _lazy_init() -> None:
+    return None
+
+
+def init() -> None:
+    return None
+
+
+def _is_in_bad_fork() -> bool:
+    return False
+
+
+def device_count() -> int:
+    return _ctx().dev.device_count
+
+
+def current_device() -> int:
+    return _ctx().dev.device()
+
+
+def set_device(device: Any) -> None:
+    idx = _index(device)
+    if idx >= 0:
+        _check_index(idx)
+        _ctx().dev.set_device(idx)
+
+
+def _check_index(idx: int) -> None:
+    n = device_count()
+    if not 0 <= idx < n:
+        raise RuntimeError(f"CUDA error: invalid device ordinal (device {idx}, the simulated host has {n} GPUs; "
+                           f"set PHANTORA_LOCAL_DEVICES)")
+
+
+def _exchange_device(device: int) -> int:
+    prev = current_device()
+    if device >= 0:
+        set_device(device)
+    return prev
+
+
+class device:
+    """Context manager that changes the current device (torch.cuda.device)."""
+
+    def __init__(self, device: Any):
+        self.idx = -1 if device is None else _index(device)
+        self.prev_idx = -1
+
+    def __enter__(self):
+        self.prev_idx = _exchange_device(self.idx)
+        return self
+
+    def __exit__(self, *exc):
+        if self.prev_idx >= 0:
+            set_device(self.prev_idx)
+        return False
+
+
+class device_of(device):
+    """Context manager that makes the device of a tensor current."""
+
+    def __init__(self, obj: Any):
+        idx = obj.get_device() if getattr(obj, "is_cuda", False) else -1
+        super().__init__(idx)
+
+
+class _DeviceProperties:
+    """What torch.cuda.get_device_properties returns, from the GPU preset."""
+
+    def __init__(self, gpu: Any, total_memory: int, index: int):
+        major, minor = (int(x) for x in gpu.compute_capability.split("."))
+        self.name = gpu.display_name
+        self.major = major
+        self.minor = minor
+        self.total_memory = int(total_memory)
+        self.multi_processor_count = int(gpu.sm_count)
+        self.L2_cache_size = int(gpu.l2_cache_mib * 2**20)
+        self.is_integrated = 0
+        self.is_multi_gpu_board = 0
+        self.warp_size = 32
+        self.max_threads_per_block = 1024
+        self.max_threads_per_multi_processor = 2048 if major >= 8 else 1024
+        self.regs_per_multiprocessor = 65536
+        self.shared_memory_per_block = 49152
+        self.shared_memory_per_block_optin = 232448 if major >= 9 else 166912
+        self.shared_memory_per_multiprocessor = 233472 if major >= 9 else 167936
+        self.clock_rate = int(gpu.boost_clock_mhz * 1000)
+        self.memory_clock_rate = 0
+        self.memory_bus_width = 0
+        self.gcnArchName = "NVIDIA CUDA"
+        self.uuid = _DeviceUuid(f"phantora-{gpu.name}-{index}")
+        self.pci_bus_id = index
+        self.pci_device_id = 0
+        self.pci_domain_id = 0
+
+    def __repr__(self) -> str:
+        return (f"_CudaDeviceProperties(name='{self.name}', major={self.major}, minor={self.minor}, "
+                f"total_memory={self.total_memory // 2**20}MB, multi_processor_count={self.multi_processor_count}, "
+                f"uuid={self.uuid}, L2_cache_size={self.L2_cache_size // 2**20}MB)")
+
+
+class _DeviceUuid:
+    """The device's UUID as torch shows it (`_CUuuid`: 16 `bytes`, printed as 8-4-4-4-12 hex digits); a fixed
+    name-based UUID per simulated device."""
+
+    def __init__(self, name: str):
+        import uuid
+        self.bytes = uuid.uuid5(uuid.NAMESPACE_DNS, name).bytes
+
+    def __str__(self) -> str:
+        h = self.bytes.hex()
+        return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+    __repr__ = __str__
+
+    def __eq__(self, other: Any) -> bool:
+        return isinstance(other, _DeviceUuid) and other.bytes == self.bytes
+
+    def __hash__(self) -> int:
+        return hash(self.bytes)
+
+
+def get_device_properties(device: Any = None) -> _DeviceProperties:
+    idx = _index(device)
+    _check_index(idx)
+    ctx = _ctx()
+    return _DeviceProperties(ctx.gpu, ctx.runtime.allocator.capacity, idx)
+
+
+def get_device_name(device: Any = None) -> str:
+    return get_device_properties(device).name
+
+
+def get_device_capability(device: Any = None) -> tuple[int, int]:
+    p = get_device_properties(device)
+    return p.major, p.minor
+
+
+def get_arch_list() -> list[str]:
+    return [f"sm_{_ctx().gpu.sm_version}"]
+
+
+def get_gencode_flags() -> str:
+    sm = _ctx().gpu.sm_version
+    return f"-gencode compute=compute_{sm},code=sm_{sm}"
+
+
+def is_bf16_supported(including_emulation: bool = True) -> bool:
+    return _ctx().gpu.sm_version >= 80
+
+
+def is_tf32_supported() -> bool:
+    return _ctx().gpu.sm_version >= 80
+
+
+def can_device_access_peer(device: Any, peer_device: Any) -> bool:
+    return True

@@ -1,0 +1,173 @@
+"""`torch.cuda` RNG state: one generator per device in `torch.cuda.default_generators`, and the torch.cuda RNG
+functions that go through them.
+
+Each generator keeps seed and offset; its state is the 16-byte tensor of a CUDA generator.
+"""
+
+from __future__ import annotations
+
+import random
+import struct
+from typing import Any
+
+import torch
+
+from .cuda_device import _check_index, _ctx, _index, current_device, device_count
+
+
+# ---- RNG -------------------------------------------------------------------------------------------------------------
+
+DEFAULT_SEED = 67280421310721          # PyTorch's default_rng_seed_val
+
+
+class CudaGenerator(torch.Generator):
+    """A CUDA generator of the simulated device (one per device in `torch.cuda.default_generators`).
+
+    Its state is what PyTorch's CUDA (Philox) generator keeps, the seed and the offset, and `get_state()` is the same
+    16-byte uint8 tensor (seed, offset as little-endian 64-bit integers). `graphsafe_get_state()` / `clone_state()`
+    return a generator holding a copy of the state, `graphsafe_set_state()` takes one back. Random kernels on fake
+    tensors do not advance the offset (no numbers are drawn). The object is a `torch.Generator`, so it can be passed
+    as `generator=` to random ops (their fake kernels ignore it)."""
+
+    def __new__(cls, device: Any = None):
+        self = super().__new__(cls, device="cpu")
+        return self
+
+    def __init__(self, device: Any = None):
+        self._index = _index(device)
+        self._seed = DEFAULT_SEED
+        self._offset = 0
+
+    @property
+    def device(self) -> torch.device:
+        return torch.device("cuda", self._index)
+
+    def get_state(self) -> torch.Tensor:
+        return _real_byte_tensor(struct.pack("<Qq", self._seed & (2**64 - 1), self._offset))
+
+    def set_state(self, new_state: torch.Tensor) -> "CudaGenerator":
+        raw = _state_bytes(new_state)
+        if raw is not None:
+            if len(raw) != 16:
+                raise RuntimeError(f"RNG state is wrong size: expected 16 bytes, got {len(raw)}")
+            self._seed, self._offset = struct.unpack("<Qq", raw)
+        return self
+
+    def manual_seed(self, seed: int) -> "CudaGenerator":
+        self._seed = int(seed) & (2**64 - 1)
+        self._offset = 0
+        return self
+
+    def seed(self) -> int:
+        self.manual_seed(random.getrandbits(63))
+        return self._seed
+
+    def initial_seed(self) -> int:
+        return self._seed
+
+    def get_offset(self) -> int:
+        return self._offset
+
+    def set_offset(self, offset: int) -> "CudaGenerator":
+        self._offset = int(offset)
+        return self
+
+    def clone_state(self) -> "CudaGenerator":
+        g = CudaGenerator(self._index)
+        g._seed, g._offset = self._seed, self._offset
+        return g
+
+    graphsafe_get_state = clone_state
+
+    def graphsafe_set_state(self, state: "CudaGenerator") -> "CudaGenerator":
+        if not isinstance(state, CudaGenerator):
+            raise RuntimeError("graphsafe_set_state expects the state of a CUDA generator")
+        self._seed, self._offset = state._seed, state._offset
+        return self
+
+    def __getstate__(self):
+        return {"index": self._index, "seed": self._seed, "offset": self._offset}
+
+    def __setstate__(self, st):
+        self._index, self._seed, self._offset = st["index"], st["seed"], st["offset"]
+
+    def __reduce__(self):
+        return (CudaGenerator, (self._index,), self.__getstate__())
+
+    def __repr__(self) -> str:
+        return f"<torch._C.Generator object (cuda:{self._index}) at {id(self):#x}>"
+
+
+def _state_bytes(new_state: Any) -> bytes | None:
+    """The bytes of a uint8 state tensor: a real one, or a fake one whose value the host knows (a state from
+    get_state() that the program cloned or copied; values.py); None for a fake one without a value."""
+    from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
+
+    from .values import VALUES
+    if not isinstance(new_state, torch.Tensor) or new_state.dtype != torch.uint8:
+        raise TypeError("RNG state must be a torch.ByteTensor")
+    if isinstance(new_state, FakeTensor):
+        new_state = VALUES.get(new_state)
+        if new_state is None:
+            return None
+    with unset_fake_temporarily():
+        return bytes(new_state.detach().cpu().reshape(-1).tolist())
+
+
+def _real_byte_tensor(data: bytes) -> torch.Tensor:
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+    with unset_fake_temporarily():
+        return torch.frombuffer(bytearray(data), dtype=torch.uint8).clone()
+
+
+def _generators() -> tuple:
+    gens = _ctx().extras.get("cuda_generators")
+    if gens is None:
+        gens = _ctx().extras["cuda_generators"] = tuple(CudaGenerator(i) for i in range(device_count()))
+    return gens
+
+
+def _generator(device: Any = "cuda") -> CudaGenerator:
+    idx = _index(device)
+    _check_index(idx)
+    return _generators()[idx]
+
+
+def get_rng_state(device: Any = "cuda") -> torch.Tensor:
+    return _generator(device).get_state()
+
+
+def get_rng_state_all() -> list[torch.Tensor]:
+    return [g.get_state() for g in _generators()]
+
+
+def set_rng_state(new_state: torch.Tensor, device: Any = "cuda") -> None:
+    _generator(device).set_state(new_state)
+
+
+def set_rng_state_all(new_states: Any) -> None:
+    for i, state in enumerate(new_states):
+        set_rng_state(state, i)
+
+
+def manual_seed(seed: int) -> None:
+    _generator(current_device()).manual_seed(int(seed))
+
+
+def manual_seed_all(seed: int) -> None:
+    for g in _generators():
+        g.manual_seed(int(seed))
+
+
+def seed() -> None:
+    _generator(current_device()).seed()
+
+
+def seed_all() -> None:
+    s = random.getrandbits(63)
+    for g in _generators():
+        g.manual_seed(s)
+
+
+def initial_seed() -> int:
+    return _generator(current_device()).initial_seed()

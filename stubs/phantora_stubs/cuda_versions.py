@@ -1,0 +1,74 @@
+"""The software versions a CUDA build of torch reports (CUDA, cuDNN, NCCL), installed on a CPU-only torch
+(`_install_versions`); torch.cuda.nccl's single-process multi-GPU calls are unsupported."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .errors import UnsupportedOpError, user_location
+
+
+# ---- software versions ---------------------------------------------------------------------------------------------
+# What a CPU-only torch lacks, answered as the CUDA build of the release the project measures on its H100s does:
+# torch 2.11.0 from PyPI, built with CUDA 13.0 and pinned to cuDNN 9.19.0 and NCCL 2.28.9 (its wheel's requirements;
+# the NCCL version is also what groundtruth/nccl/ recorded). A CUDA build of torch answers with its own.
+CUDA_VERSION = "13.0"
+CUDA_COMPILED_VERSION = 13000          # CUDA_VERSION macro: major * 1000 + minor * 10
+CUDNN_VERSION = 91900                  # cuDNN 9.19.0: major * 10000 + minor * 100 + patch
+NCCL_VERSION = (2, 28, 9)
+
+
+def nccl_version_code() -> int:
+    """`torch._C._nccl_version()`: major << 32 | minor << 16 | patch, as torch.cuda.nccl.version() decodes it."""
+    major, minor, patch = NCCL_VERSION
+    return (major << 32) | (minor << 16) | patch
+
+
+def _nccl_unsupported(name: str):
+    def call(*args: Any, **kwargs: Any):
+        raise UnsupportedOpError(f"phantora does not simulate torch.cuda.nccl.{name} (single-process multi-GPU "
+                                 f"NCCL, called at {user_location(2)}); use torch.distributed collectives")
+    call.__name__ = f"_nccl_{name}"
+    return call
+
+
+def _install_versions(ctx) -> None:
+    """Versions and availability a CUDA build reports, where the installed torch lacks them."""
+    import torch.backends.cuda as backends_cuda
+    import torch.backends.cudnn as cudnn
+    import torch.cuda.nccl as nccl
+    import torch.version
+
+    if torch.version.cuda is not None and getattr(torch._C, "_has_cuda", False):
+        return                       # a CUDA build: its own versions are the real ones
+    torch.version.cuda = CUDA_VERSION
+    backends_cuda.is_built = lambda: True
+    torch._C._cuda_getCompiledVersion = lambda: CUDA_COMPILED_VERSION
+
+    def _nccl_version() -> int:
+        return nccl_version_code()
+
+    def _nccl_version_suffix() -> bytes:
+        return b""
+
+    torch._C._nccl_version = _nccl_version
+    torch._C._nccl_version_suffix = _nccl_version_suffix
+    for name in ("all_reduce", "reduce", "broadcast", "all_gather", "reduce_scatter", "init_rank", "unique_id"):
+        if not hasattr(torch._C, f"_nccl_{name}"):
+            setattr(torch._C, f"_nccl_{name}", _nccl_unsupported(name))
+    del nccl
+
+    def version() -> int:
+        return CUDNN_VERSION
+
+    def is_available() -> bool:
+        return True
+
+    def is_acceptable(tensor: torch.Tensor) -> bool:
+        if not torch._C._get_cudnn_enabled():
+            return False
+        return tensor.device.type == "cuda" and tensor.dtype in cudnn.CUDNN_TENSOR_DTYPES
+
+    cudnn.version = version
+    cudnn.is_available = is_available
+    cudnn.is_acceptable = is_acceptable

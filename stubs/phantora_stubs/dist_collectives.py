@@ -1,0 +1,125 @@
+"""The collectives of a simulated process group: each becomes `OpKind.COLLECTIVE` on the group's communication
+stream, nothing travels.
+
+all_reduce, all_gather incl. the single-tensor and coalesced forms, reduce_scatter likewise, broadcast, reduce,
+all_to_all, barrier; gather / scatter are point-to-point batches as NCCL does them. Real values travel where they
+exist (exchange.py): small tensors with known values through all_reduce, broadcast and all_gather.
+"""
+
+from __future__ import annotations
+
+from phantora.engine.ops import OpKind
+
+from . import exchange
+from .dist_emit import EmissionMixin, PhantoraWork, _flat, _forget, _nbytes
+
+
+class CollectivesMixin(EmissionMixin):
+    """The collective methods of `PhantoraProcessGroup`."""
+
+    # -- collectives ---------------------------------------------------------------------------------------------------
+    def allreduce(self, tensors, opts=None):
+        work = self._collective("all_reduce", _nbytes(tensors), result=list(_flat(tensors)))
+        exchange.all_reduce(self._info.gid, list(_flat(tensors)), opts, work._event)
+        return work
+
+    def allreduce_coalesced(self, tensors, opts=None):
+        return self.allreduce(tensors, opts)
+
+    def allgather(self, output_tensors, input_tensors, opts=None):
+        _forget(output_tensors)
+        work = self._collective("all_gather", _nbytes(input_tensors), result=output_tensors)
+        if len(input_tensors) == 1 and len(output_tensors) == 1:
+            exchange.all_gather(self._info.gid, list(output_tensors[0]), list(input_tensors), work._event)
+        return work
+
+    def allgather_coalesced(self, output_lists, input_list, opts=None):
+        return self.allgather(output_lists, input_list, opts)
+
+    def all_gather_single(self, output, input, opts=None):
+        _forget(output)
+        work = self._collective("all_gather", _nbytes(input), result=[output])
+        exchange.all_gather_into(self._info.gid, output, input, work._event)
+        return work
+
+    _allgather_base = all_gather_single
+
+    def all_gather_single_coalesced(self, outputs, inputs, opts=None):
+        work = None
+        for o, i in zip(outputs, inputs):
+            work = self.all_gather_single(o, i, opts)
+        return work if work is not None else PhantoraWork(None)
+
+    allgather_into_tensor_coalesced = all_gather_single_coalesced
+
+    def reduce_scatter(self, output_tensors, input_lists, opts=None):
+        _forget(output_tensors)
+        return self._collective("reduce_scatter", _nbytes(input_lists), result=list(_flat(output_tensors)))
+
+    def reduce_scatter_single(self, output, input, opts=None):
+        _forget(output)
+        return self._collective("reduce_scatter", _nbytes(input), result=[output])
+
+    _reduce_scatter_base = reduce_scatter_single
+
+    def reduce_scatter_single_coalesced(self, outputs, inputs, opts=None):
+        work = None
+        for o, i in zip(outputs, inputs):
+            work = self.reduce_scatter_single(o, i, opts)
+        return work if work is not None else PhantoraWork(None)
+
+    reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
+
+    def broadcast(self, tensors, opts=None):
+        root = int(getattr(opts, "rootRank", 0)) if opts is not None else 0
+        work = self._collective("broadcast", _nbytes(tensors), root=root, result=list(_flat(tensors)))
+        exchange.broadcast(self._info.gid, list(_flat(tensors)), root, self._rank, work._event)
+        return work
+
+    def reduce(self, tensors, opts=None):
+        root = int(getattr(opts, "rootRank", 0)) if opts is not None else 0
+        return self._collective("reduce", _nbytes(tensors), root=root, result=list(_flat(tensors)))
+
+    def alltoall(self, output_tensors, input_tensors, opts=None):
+        _forget(output_tensors)
+        return self._collective("all_to_all", _nbytes(input_tensors), result=output_tensors)
+
+    def all_to_all_single(self, output, input, output_split_sizes=None, input_split_sizes=None, opts=None):
+        _forget(output)
+        return self._collective("all_to_all", _nbytes(input), result=[output])
+
+    alltoall_base = all_to_all_single
+
+    def barrier(self, opts=None):
+        return self._collective("barrier", 0, blocking=True)
+
+    def monitored_barrier(self, timeout=None, wait_all_ranks=False):
+        self.barrier().wait()
+
+    def gather(self, output_lists, input_tensors, opts=None):
+        root = int(getattr(opts, "rootRank", 0)) if opts is not None else 0
+        self._group_marker(OpKind.GROUP_START)
+        work = None
+        if self._rank == root:
+            _forget(output_lists)
+            for peer in range(self._size):
+                if peer != root:
+                    work = self._p2p(OpKind.RECV, input_tensors, peer)
+        else:
+            work = self._p2p(OpKind.SEND, input_tensors, root)
+        self._group_marker(OpKind.GROUP_END)
+        return work if work is not None else PhantoraWork(None)
+
+    def scatter(self, output_tensors, input_lists, opts=None):
+        root = int(getattr(opts, "rootRank", 0)) if opts is not None else 0
+        self._group_marker(OpKind.GROUP_START)
+        work = None
+        if self._rank == root:
+            for peer in range(self._size):
+                if peer != root:
+                    work = self._p2p(OpKind.SEND, output_tensors, peer)
+        else:
+            _forget(output_tensors)
+            work = self._p2p(OpKind.RECV, output_tensors, root)
+        self._group_marker(OpKind.GROUP_END)
+        return work if work is not None else PhantoraWork(None)

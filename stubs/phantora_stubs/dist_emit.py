@@ -1,0 +1,127 @@
+"""How a simulated process group turns a call into communication ops, and the work handle it returns.
+
+`EmissionMixin` launches one collective, one point-to-point transfer, or an NCCL group marker on the group's
+communication stream (comm.py); `PhantoraWork.wait()` makes the current stream wait for it (a barrier's wait also
+blocks the host). Also the helpers on tensor lists the collectives share (bytes, flattening, dropping known values of
+outputs).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from phantora.engine.ops import Op, OpKind
+
+from . import comm, context
+from .clock import METER
+from .values import VALUES
+
+
+def _nbytes(tensors: Any) -> int:
+    total = 0
+    for t in _flat(tensors):
+        total += t.numel() * t.element_size()
+    return total
+
+
+def _flat(tensors: Any) -> list[torch.Tensor]:
+    if isinstance(tensors, torch.Tensor):
+        return [tensors]
+    out: list[torch.Tensor] = []
+    for x in tensors or ():
+        out.extend(_flat(x))
+    return out
+
+
+def _forget(tensors: Any) -> None:
+    for t in _flat(tensors):
+        VALUES.drop(t)
+
+
+class PhantoraWork(dist._Work):
+    """The handle of a simulated collective: wait() orders the current stream after it."""
+
+    def __init__(self, event: int | None, result: Any = None, blocking: bool = False, source_rank: int = -1):
+        super().__init__()
+        self._event = event
+        self._result = result if result is not None else []
+        self._blocking = blocking
+        self._waited = False
+        self._source_rank = source_rank
+
+    def wait(self, timeout: Any = None) -> bool:
+        if self._waited:
+            return True
+        self._waited = True
+        ctx = context.get()
+        METER.enter()
+        try:
+            if self._event is not None:
+                comm.join(ctx, self._event)
+            if self._blocking:
+                ctx.runtime.wait(Op(OpKind.SYNC_STREAM, stream=ctx.dev.stream(), cpu_delta=METER.claim()))
+        finally:
+            METER.exit()
+        return True
+
+    def synchronize(self) -> None:
+        self.wait()
+
+    def is_completed(self) -> bool:
+        return True
+
+    def is_success(self) -> bool:
+        return True
+
+    def exception(self) -> Any:
+        return None
+
+    def source_rank(self) -> int:
+        return self._source_rank
+
+    def result(self) -> Any:
+        return self._result
+
+    def get_future(self) -> torch.futures.Future:
+        self.wait()
+        fut: torch.futures.Future = torch.futures.Future()
+        fut.set_result(self._result)
+        return fut
+
+    def _get_duration(self) -> float:
+        return 0.0
+
+
+class EmissionMixin:
+    """The launch helpers of `PhantoraProcessGroup` (it sets `self._info`), shared by its collectives and its
+    point-to-point calls."""
+
+    # -- emission helpers -----------------------------------------------------------------------------------------
+    def _collective(self, name: str, nbytes: int, root: int = -1, result: Any = None,
+                    blocking: bool = False) -> PhantoraWork:
+        ctx = context.get()
+        METER.enter()
+        try:
+            event = comm.launch(ctx, OpKind.COLLECTIVE, name, self._info, nbytes, root)
+        finally:
+            METER.exit()
+        return PhantoraWork(event, result, blocking)
+
+    def _p2p(self, kind: OpKind, tensors: Any, peer: int) -> PhantoraWork:
+        ctx = context.get()
+        METER.enter()
+        try:
+            event = comm.launch(ctx, kind, "send" if kind == OpKind.SEND else "recv", self._info,
+                                _nbytes(tensors), int(peer))
+        finally:
+            METER.exit()
+        return PhantoraWork(event, list(_flat(tensors)), source_rank=int(peer))
+
+    def _group_marker(self, kind: OpKind) -> None:
+        METER.enter()
+        try:
+            comm.group_marker(context.get(), kind)
+        finally:
+            METER.exit()

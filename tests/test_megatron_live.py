@@ -1,0 +1,171 @@
+"""Megatron-core 0.16.1 run unmodified under `phantora run` (presets/workloads/megatron_gpt.py, the local layer spec).
+
+Checks, against the framework's own behaviour and physics rather than recorded numbers:
+- TP 2 x DP 2 with Megatron's DDP, the distributed optimizer (overlapped grad reduce and param gather) and gradient
+  clipping: every parameter element enters the gradient norm exactly once over the four ranks (the replicated norm
+  weights on TP rank 0 only), so the elements normed add up to the model's parameter count, computed here from the
+  preset's shapes; the gradients reduced over DP cover every local parameter (fp32 grads);
+- the parameters keep the attributes Megatron sets on them through `.cuda()` / `Float16Module`;
+- PP 2 with interleaving (`batch_p2p_comm` on) and full recompute runs to the end, and every pipeline rank's
+  program is complete in the trace;
+- the workload's own step times are the simulated iteration times.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from phantora.trace.reader import TraceReader
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("megatron") is None
+                                or importlib.util.find_spec("megatron.core") is None,
+                                reason="megatron-core is not installed (pip install phantora[megatron])")
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "presets" / "workloads" / "megatron_gpt.py"
+MODEL = "llama-tiny"
+
+
+def phantora_run(tmp: Path, gpus: int, *args: str, cache: Path) -> tuple[subprocess.CompletedProcess, Path, dict]:
+    env = dict(os.environ)
+    env.pop("PYTHONPATH", None)
+    env["XDG_CACHE_HOME"] = str(cache)
+    trace = tmp / "t.h5"
+    summary = tmp / "summary.json"
+    proc = subprocess.run([sys.executable, "-m", "phantora.cli", "run", "--cluster", "h100-hgx", "--gpus-per-node",
+                           str(gpus), "--trace", str(trace), "--", "python", str(SCRIPT), "--model", MODEL,
+                           "--json-out", str(summary), *args],
+                          capture_output=True, text=True, timeout=900, cwd=str(tmp), env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    return proc, trace, json.loads(summary.read_text())
+
+
+def preset_params() -> tuple[int, int]:
+    """(all parameters, parameters of the replicated norms) of the preset's Llama shape, counted from its TOML."""
+    m = tomllib.loads((ROOT / "presets" / "models" / f"{MODEL}.toml").read_text())
+    d, layers, heads, kv, vocab, ffn = (m[k] for k in ("dim", "n_layers", "n_heads", "n_kv_heads", "vocab_size",
+                                                       "ffn_dim"))
+    head = d // heads
+    per_layer = d * (d + 2 * kv * head) + d * d + 3 * d * ffn       # qkv, proj, gate+up, down
+    norms = (2 * layers + 1) * d                                    # two RMSNorms per layer and the final one
+    return layers * per_layer + 2 * vocab * d + norms, norms
+
+
+def norm_elements(trace: TraceReader, rank: int, lo: float, hi: float) -> int:
+    """Elements of the tensors whose L2 norm a rank computes in the issue window [lo, hi)."""
+    names, sigs = trace.names, trace.signatures
+    ops = trace.ops(rank)
+    total = 0
+    for o in ops[(ops["issue"] >= lo) & (ops["issue"] < hi)]:
+        if names[o["name"]] == "aten.linalg_vector_norm.default":
+            shape = json.loads(sigs[o["sig"]])[1][0]
+            total += int(np.prod(shape)) if shape else 1
+    return total
+
+
+def collective_bytes(trace: TraceReader, rank: int, name: str, lo: float, hi: float) -> int:
+    names = trace.names
+    ops = trace.ops(rank)
+    sel = ops[(ops["issue"] >= lo) & (ops["issue"] < hi)]
+    return int(sum(o["nbytes"] for o in sel if names[o["name"]] == name))
+
+
+def test_tp_dp_distributed_optimizer_norms_and_reductions_cover_the_model(tmp_path, stub_cache):
+    proc, path, summary = phantora_run(tmp_path, 4, "--tp", "2", "--distributed-optimizer", "--overlap-grad-reduce",
+                                       "--overlap-param-gather", "--steps", "3", "--seq", "256",
+                                       cache=stub_cache)
+    params, norms = preset_params()
+    assert summary["params"] == params          # the workload counts the same model
+    with TraceReader(path) as t:
+        assert t.meta["complete_simulation"] is True
+        its = {r: t.iterations(r) for r in t.ranks}
+        # one whole step (the second: after set-up), on each rank's own clock
+        window = {r: (its[r][0], its[r][1]) for r in t.ranks}
+        normed = {r: norm_elements(t, r, *window[r]) for r in t.ranks}
+        # TP groups {0, 1}, {2, 3}; DP groups {0, 2}, {1, 3}. The distributed optimizer norms the gradient shard
+        # each DP rank owns; TP rank 0 (ranks 0, 2) also norms the replicated RMSNorm weights, TP rank 1 does not.
+        # Over the four ranks, every parameter element is normed exactly once.
+        assert sum(normed.values()) == params
+        assert (normed[0] + normed[2]) - (normed[1] + normed[3]) == norms
+        # DP: Megatron reduce-scatters fp32 gradients of every local parameter, bucket padding aside
+        local = (params - norms) // 2 + norms
+        for r in t.ranks:
+            rs = collective_bytes(t, r, "reduce_scatter", *window[r])
+            assert local * 4 <= rs <= local * 4 * 1.05, (r, rs, local * 4)
+    # the workload's own step times are the simulated iteration times
+    steps = summary["step_times_s"]
+    with TraceReader(path) as t:
+        sim = np.diff(t.iterations(0))
+    assert abs(steps[-1] - sim[-1]) <= 0.02 * sim[-1]
+
+
+def test_parameter_attributes_survive_cuda_and_float16(tmp_path, stub_cache):
+    script = tmp_path / "attrs.py"
+    script.write_text(
+        "import os, torch\n"
+        "torch.cuda.set_device(int(os.environ['LOCAL_RANK']))\n"
+        "m = torch.nn.Linear(8, 8)\n"
+        "m.weight.tensor_model_parallel = True\n"
+        "m.weight.partition_dim = 0\n"
+        "m.cuda(torch.cuda.current_device()).bfloat16()\n"
+        "m.to(torch.float32)\n"
+        "t = torch.tensor([1.0], device='cuda')\n"
+        "print('ATTRS', getattr(m.weight, 'tensor_model_parallel', None), getattr(m.weight, 'partition_dim', None),"
+        " m.weight.device, m.weight.dtype, t.device, torch.cuda.current_device(), flush=True)\n")
+    env = dict(os.environ)
+    env.pop("PYTHONPATH", None)
+    env["XDG_CACHE_HOME"] = str(stub_cache)
+    proc = subprocess.run([sys.executable, "-m", "phantora.cli", "run", "--gpus-per-node", "2", "--trace",
+                           str(tmp_path / "a.h5"), "--", "python", str(script)], capture_output=True, text=True,
+                          timeout=300, cwd=str(tmp_path), env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = sorted(line.split("ATTRS ", 1)[1] for line in proc.stdout.splitlines() if "ATTRS " in line)
+    assert lines == ["True 0 cuda:0 torch.float32 cuda:0 0", "True 0 cuda:1 torch.float32 cuda:1 1"]
+
+
+def test_interleaved_pipeline_with_recompute_runs_to_the_end(tmp_path, stub_cache):
+    proc, path, summary = phantora_run(tmp_path, 4, "--tp", "2", "--pp", "2", "--vpp", "2", "--global-batch", "4",
+                                       "--recompute", "full", "--steps", "2", "--seq", "256", cache=stub_cache)
+    with TraceReader(path) as t:
+        assert t.meta["complete_simulation"] is True
+        names = t.names
+        for r in t.ranks:
+            assert len(t.iterations(r)) == 2
+            # batched p2p: NCCL groups of sends and receives between the two stages
+            kinds = {names[i] for i in t.ops(r)["name"]}
+            assert {"send", "recv"} <= kinds, kinds
+    assert len(summary["step_times_s"]) == 2 and all(s > 0 for s in summary["step_times_s"])
+
+
+def test_every_recipe_of_the_framework_preset_is_accepted_by_the_workload():
+    """The flags of each supported row of presets/frameworks/megatron.toml parse, and the model builds a layout."""
+    import importlib.util as iu
+    import shlex
+
+    from phantora.frameworks import load_framework
+
+    spec = iu.spec_from_file_location("megatron_gpt_workload", SCRIPT)
+    mod = iu.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    try:
+        spec.loader.exec_module(mod)
+    finally:
+        del sys.modules[spec.name]
+    fw = load_framework("megatron")
+    rows = [(name, r) for name, r in fw.models.items() if r.supported]
+    assert rows
+    for name, r in rows:
+        assert r.module == "presets/workloads/megatron_gpt.py"
+        args = mod.parse_args(["--model", name, *shlex.split(r.config)])
+        a = mod.load_model_args(args.model, args.layers, dense_only=True)
+        world = args.tp * args.pp * 2
+        assert mod.check_layout(args, a, world) == 2
