@@ -47,9 +47,9 @@ def program(me: int, steps: int = 3) -> list[Op]:
     return [op for _ in range(steps) for op in pipeline_step(peer)] + [Op(K.SYNC_DEVICE)]
 
 
-def run_recorded(streams: dict[int, list[Op]]):
+def run_recorded(streams: dict[int, list[Op]], recorder: type = Recorder):
     spec = load_cluster("h100-hgx", gpus_per_node=2)
-    rec = Recorder(keep=True)
+    rec = recorder(keep=True)
     eng = Engine(spec, simulated=sorted(streams), sink=rec)
     rec.attach(eng)
     eng.add_group(0, (0, 1))
@@ -93,14 +93,7 @@ def test_a_trace_missing_ops_is_not_marked_complete(tmp_path):
             append = super().emitter(rank)
             return lambda item: None if item[1].kind == K.GROUP_START else append(item)
 
-    rec = Dropping(keep=True)
-    eng = Engine(spec, simulated=[0, 1], sink=rec)
-    rec.attach(eng)
-    eng.add_group(0, (0, 1))
-    for r, ops in streams.items():
-        eng.feed(r, ops)
-        eng.close(r)
-    assert eng.run()
+    _, rec = run_recorded(streams, Dropping)
     missing = rec.missing()
     first_group = next(i for i, op in enumerate(streams[0]) if op.kind == K.GROUP_START)
     assert missing == {0: len(streams[0]) - first_group, 1: len(streams[1]) - first_group}

@@ -216,7 +216,26 @@ def test_compile_is_identity_and_triton_is_stubbed_when_missing(features_run):
     assert out["compile_is_identity"] is True
     if build.find_torch().cuda_build or importlib.util.find_spec("triton") is not None:
         pytest.skip("a real triton is installed")
-    assert out["triton"] == {"stub": True, "cdiv": 3}
+    assert out["triton"] == {"stub": True, "cdiv": 3, "isinstance": False, "config": "Config"}
+
+
+def test_host_reads_current_device_and_parameter_attributes_as_on_a_cuda_machine(stub_cache):
+    out = run_script("host_reads.py", stub_cache, PHANTORA_LOCAL_DEVICES="2")
+    assert out["current"] == 1
+    assert out["tensor_device"] == "cuda:1" and out["ones_device"] == "cuda:1"
+    assert out["stacked"] == [2.0, 3.0]
+    assert out["rng_equal"] is True and out["rng_sum_real"] is True
+    assert out["attrs"] == [True, 0, "cuda:1", "torch.float32"]
+
+
+def test_a_spawned_child_imports_what_its_rank_imported(stub_cache):
+    """A child started with spawn (multiprocessing Manager, as Megatron-core's checkpoint writer) re-imports the main
+    module, `import triton` included, and runs as a plain process: no fake CUDA."""
+    if build.find_torch().cuda_build or importlib.util.find_spec("triton") is not None:
+        pytest.skip("a real triton is installed")
+    out = run_script("spawn_child.py", stub_cache)
+    assert out["exitcode"] == 0
+    assert out["child"] == {"triton_stub": True, "cuda_tensor": False}
 
 
 def test_sleep_advances_virtual_time_without_waiting(features_run):

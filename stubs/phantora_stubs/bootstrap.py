@@ -18,8 +18,9 @@ Before all this, a rank started by `phantora run` arranges to die with its launc
 PHANTORA_STACK_FILE is set, to write its Python stacks there on SIGUSR2 (errors.install_stack_dump), which the launcher
 puts in its hang, mismatch and deadlock reports.
 
-Child processes of a rank (DataLoader workers started with spawn, compile workers) inherit PHANTORA_RANK; they are
-recognised by PHANTORA_RANK_PID (the rank's own pid) and left alone.
+Child processes of a rank (DataLoader workers started with spawn, compile workers, a multiprocessing Manager)
+inherit PHANTORA_RANK; they are recognised by PHANTORA_RANK_PID (the rank's own pid) and run as plain processes,
+with only the triton stand-in (so that re-importing the program's main module finds what the rank found).
 """
 
 from __future__ import annotations
@@ -141,6 +142,10 @@ def install() -> context.Context | None:
     if context.CTX is not None:
         return context.CTX
     if is_rank_child():
+        # A child started with spawn (a multiprocessing Manager, a DataLoader worker) imports the program's main
+        # module again: it finds the packages its rank found, the triton stand-in included, as on a GPU machine.
+        from . import triton_stub
+        when_imported("torch", lambda torch: triton_stub.install())
         return None
     from .errors import die_with_launcher, install_stack_dump
     die_with_launcher(os.environ.get("PHANTORA_LAUNCHER_PID"))

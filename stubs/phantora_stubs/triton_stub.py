@@ -73,10 +73,31 @@ def _next_power_of_2(n: int) -> int:
     return 1 if n <= 1 else 1 << (int(n) - 1).bit_length()
 
 
+class _StubClass:
+    """Base of the stand-in classes: any arguments accepted (`triton.Config({...}, num_warps=4)`), any attribute a
+    placeholder."""
+    __phantora_stub__ = True
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        pass
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)
+        return _Anything(f"{type(self).__name__}.{name}")
+
+
 class _StubModule(types.ModuleType):
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__") and name.endswith("__"):
             raise AttributeError(name)
+        if name[:1].isupper():
+            # A class name (triton.runtime.jit.JITFunction, triton.Config): a real, empty class, kept on the module,
+            # so that isinstance() and subclassing work (torch's flop counter tests isinstance(x, JITFunction);
+            # nothing is an instance of it, as no triton kernel exists here)
+            cls = type(name, (_StubClass,), {"__module__": self.__name__})
+            setattr(self, name, cls)
+            return cls
         return _Anything(f"{self.__name__}.{name}")
 
 

@@ -98,6 +98,11 @@ out["compile_is_identity"] = torch.compile(double) is double
 try:
     import triton
     out["triton"] = {"stub": bool(getattr(triton, "__phantora_stub__", False)), "cdiv": triton.cdiv(10, 4)}
+    # what torch's flop counter and autotuned kernels do with triton imported first (DeepSpeed, Megatron-core)
+    from triton.runtime.jit import JITFunction
+    import torch.utils.flop_counter  # noqa: F401
+    out["triton"]["isinstance"] = isinstance(double, JITFunction)
+    out["triton"]["config"] = type(triton.Config({"BLOCK": 128}, num_warps=4)).__name__
 except ImportError:
     out["triton"] = None
 
