@@ -262,6 +262,17 @@ def test_cat_index_gather():
     assert W(aten.index.Tensor, T(1000, 64), [None, L(5)]).nbytes == 8 * 5 + 2 * 2 * 1000 * 5
 
 
+def test_baddbmm_with_beta_zero_does_not_read_c():
+    # Megatron's attention scores: baddbmm(buffer, q, k^T, beta=0, alpha=scale). cuBLAS skips C when beta is 0.
+    c, q, k = T(64, 2048, 2048), T(64, 2048, 64), T(64, 64, 2048)
+    read = W(aten.baddbmm.default, c, q, k)
+    skip = W(aten.baddbmm.default, c, q, k, beta=0.0, alpha=0.125)
+    assert read.nbytes - skip.nbytes == c.numel() * c.element_size()
+    assert skip.nbytes == W(aten.bmm.default, q, k).nbytes           # then it moves what a bmm moves
+    assert signature_of(aten.baddbmm.default, (c, q, k), {"beta": 0.0}).scalar("beta") == 0.0
+    assert signature_of(aten.baddbmm.default, (c, q, k), {"beta": 1.0}).scalar("beta") is None   # keys unchanged
+
+
 def test_index_put_with_a_mask_touches_at_most_the_tensor():
     # x[mask] = v with a [1, 4096] bool mask over the first two dims of a [1, 4096, 4096] tensor (Megatron's
     # attention-mask build): the write covers at most the tensor itself, plus the mask read, plus the copy of

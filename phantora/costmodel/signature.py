@@ -323,6 +323,7 @@ def signature_of(func: Any, args: tuple | list = (), kwargs: dict | None = None)
         return _generic_hop(name, args, kwargs)
     b = _Builder()
     npos = len(args)
+    beta = None
     for i, a in enumerate(plan):
         if i < npos and not a.kwarg_only:
             v = args[i]
@@ -331,6 +332,11 @@ def signature_of(func: Any, args: tuple | list = (), kwargs: dict | None = None)
         else:
             v = a.default
         b.slot(a.name, v, a.drop, a.tensors)
+        if a.name == "beta":
+            beta = v
+    if packet in _BETA_OPS and beta is not None and not isinstance(beta, bool) and beta == 0:
+        # beta = 0: cuBLAS does not read C (Megatron's attention scores: baddbmm into an empty buffer, beta 0)
+        b.scalars.append(("beta", 0.0))
     if packet in _COPY_OPS:
         _mark_transfer(b, packet)
     elif packet in _TF32_OPS:
@@ -338,6 +344,8 @@ def signature_of(func: Any, args: tuple | list = (), kwargs: dict | None = None)
     return b.build(name)
 
 
+_BETA_OPS = frozenset({"addmm", "addmm_", "baddbmm", "baddbmm_", "addbmm", "addbmm_"})
+"""GEMMs with a C input scaled by beta; a beta of 0 is kept as scalar ("beta", 0.0), since then C is not read."""
 _TF32_OPS = frozenset({"mm", "bmm", "addmm", "addmm_", "baddbmm", "baddbmm_", "addbmm", "linear", "matmul",
                        "convolution", "convolution_backward", "cudnn_convolution", "_convolution"})
 

@@ -39,8 +39,9 @@ import torch.nn.functional as F
 
 PROG = "llama.py"
 sys.path.insert(0, str(Path(__file__).resolve().parent))     # workload_common.py, however this file is loaded
-from workload_common import (ModelArgs, Parser, UsageError, default_env, env_int, flops_per_token,  # noqa: E402
-                             load_model_args, peak_tflops_for, settle_threads)
+from workload_common import (KERNEL_PROFILE_STEPS, ModelArgs, Parser, UsageError, default_env,  # noqa: E402
+                             env_int, flops_per_token, load_model_args, peak_tflops_for, settle_threads,
+                             start_kernel_profile, write_kernel_profile)
 
 
 # Weights of pipeline stage p use seed WEIGHT_SEED_STRIDE × --seed + p; the data of data-parallel rank d use
@@ -447,7 +448,7 @@ def train(args, a: ModelArgs, layout: Layout, rank: int, local_rank: int) -> Non
         if on_cuda:
             torch.cuda.synchronize()
             if args.kernel_profile and log and recorder is None and step == KERNEL_PROFILE_STEPS[0]:
-                recorder = _start_kernel_profile()
+                recorder = start_kernel_profile()
             if hasattr(torch.cuda, "reset_peak_memory_stats"):
                 torch.cuda.reset_peak_memory_stats(device)
         t0 = time.perf_counter()
@@ -471,7 +472,7 @@ def train(args, a: ModelArgs, layout: Layout, rank: int, local_rank: int) -> Non
         dt = time.perf_counter() - t0
         if recorder is not None and step == KERNEL_PROFILE_STEPS[-1]:
             n = len(KERNEL_PROFILE_STEPS)
-            _write_kernel_profile(recorder, Path(args.kernel_profile), times[len(times) - n + 1:] + [dt])
+            write_kernel_profile(recorder, Path(args.kernel_profile), times[len(times) - n + 1:] + [dt], PROG)
             recorder = None
 
         # The loss for the log: the last stage owns it under PP and sends it to its pipeline group.
@@ -523,57 +524,6 @@ def train(args, a: ModelArgs, layout: Layout, rank: int, local_rank: int) -> Non
         if args.json_out:
             Path(args.json_out).write_text(text + "\n")
     dist.destroy_process_group()
-
-
-KERNEL_PROFILE_STEPS = (3, 4)
-
-
-def _start_kernel_profile():
-    from torch.profiler import ProfilerActivity, profile
-
-    prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=True)
-    prof.__enter__()
-    return prof
-
-
-def _write_kernel_profile(prof, out: Path, step_times: list[float]) -> None:
-    """In-situ GPU time of the recorded steps: per (op, input shapes) the kernel time launched by the op itself
-    (torch.profiler's self device time), per kernel name its calls and total time (summed over the recorded steps),
-    and the timeline of every kernel (name, stream, start, duration; timeline.json). Times in microseconds."""
-    prof.__exit__(None, None, None)
-    out.mkdir(parents=True, exist_ok=True)
-    steps = len(step_times)
-    ops = []
-    for e in prof.key_averages(group_by_input_shape=True):
-        dev_us = float(getattr(e, "self_device_time_total", 0.0) or 0.0)
-        if dev_us <= 0 or e.key.startswith(("ProfilerStep", "cuda", "void ", "Memcpy", "Memset")):
-            continue
-        if getattr(e, "device_type", None) is not None and "CUDA" in str(e.device_type):
-            continue
-        ops.append({"op": e.key, "shapes": e.input_shapes, "count": e.count, "self_device_us": dev_us})
-    kernels: dict[str, list[float]] = {}
-    names: dict[str, int] = {}
-    timeline = []                       # (kernel name id, stream, start µs, duration µs) of every GPU activity
-    for ev in prof.profiler.kineto_results.events():
-        if "cuda" not in str(ev.device_type()).lower():
-            continue
-        k = kernels.setdefault(ev.name(), [0, 0.0])
-        k[0] += 1
-        k[1] += ev.duration_ns() / 1000.0
-        timeline.append((names.setdefault(ev.name(), len(names)), int(ev.device_resource_id()),
-                         ev.start_ns() / 1000.0, ev.duration_ns() / 1000.0))
-    meta = {"steps": steps, "step_times_s": step_times, "device": torch.cuda.get_device_name(),
-            "torch": torch.__version__}
-    (out / "ops.json").write_text(json.dumps({**meta, "ops": ops}) + "\n")
-    (out / "kernels.json").write_text(json.dumps(
-        {**meta, "kernels": [{"name": n, "calls": c, "total_us": t} for n, (c, t) in
-                             sorted(kernels.items(), key=lambda kv: -kv[1][1])]}) + "\n")
-    t0 = min((t[2] for t in timeline), default=0.0)
-    (out / "timeline.json").write_text(json.dumps(
-        {**meta, "names": sorted(names, key=names.get), "columns": ["name", "stream", "start_us", "duration_us"],
-         "kernels": [(n, st, round(s - t0, 3), round(d, 3)) for n, st, s, d in sorted(timeline, key=lambda t: t[2])]})
-        + "\n")
-    print(f"{PROG}: in-situ kernel profile of steps {KERNEL_PROFILE_STEPS} written to {out}", flush=True)
 
 
 def _ddp_no_buffer_sync() -> dict:

@@ -38,8 +38,9 @@ import torch.nn.functional as F
 
 PROG = "megatron_gpt"
 sys.path.insert(0, str(Path(__file__).resolve().parent))     # workload_common.py, however this file is loaded
-from workload_common import (ModelArgs, Parser, UsageError, default_env, flops_per_token,  # noqa: E402
-                             load_model_args, peak_tflops_for, settle_threads)
+from workload_common import (KERNEL_PROFILE_STEPS, ModelArgs, Parser, UsageError, default_env,  # noqa: E402
+                             flops_per_token, load_model_args, peak_tflops_for, settle_threads,
+                             start_kernel_profile, write_kernel_profile)
 
 
 def count_params(a: ModelArgs) -> tuple[int, int]:
@@ -76,6 +77,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--lr", type=float, default=3e-4, help="Adam learning rate")
     p.add_argument("--seed", type=int, default=1234, help="seed")
     p.add_argument("--json-out", default=None, help="also write the SUMMARY json to this file (rank 0)")
+    p.add_argument("--kernel-profile", default=None, metavar="DIR",
+                   help="on a real GPU: record steps 3-4 with torch.profiler and write the in-situ kernel times to DIR "
+                        "(rank 0; as presets/workloads/llama.py)")
     args = p.parse_args(argv)
     for name in ("tp", "pp", "micro_batch", "seq", "steps"):
         if getattr(args, name) <= 0:
@@ -84,6 +88,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         raise UsageError("--vpp needs --pp >= 2 and a value >= 2")
     if args.sequence_parallel and args.tp == 1:
         raise UsageError("--sequence-parallel needs --tp > 1")
+    if args.kernel_profile and args.steps < KERNEL_PROFILE_STEPS[-1]:
+        raise UsageError("--kernel-profile records steps 3-4: it needs --steps 4 or more")
     if args.overlap_param_gather and not args.distributed_optimizer:
         raise UsageError("--overlap-param-gather needs --distributed-optimizer")
     return args
@@ -220,7 +226,10 @@ def train(args, a: ModelArgs, dp: int, rank: int, local_rank: int) -> None:
               f"{args.recompute}, spec {args.spec}, on {device_name}", flush=True)
 
     times, losses = [], []
+    recorder = None
     for step in range(1, args.steps + 1):
+        if args.kernel_profile and log and step == KERNEL_PROFILE_STEPS[0]:
+            recorder = start_kernel_profile()
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         for m in model:
@@ -234,6 +243,9 @@ def train(args, a: ModelArgs, dp: int, rank: int, local_rank: int) -> None:
         torch.cuda.synchronize()
         dt = time.perf_counter() - t0
         times.append(dt)
+        if recorder is not None and step == KERNEL_PROFILE_STEPS[-1]:
+            write_kernel_profile(recorder, Path(args.kernel_profile), times[-len(KERNEL_PROFILE_STEPS):], PROG)
+            recorder = None
         loss_value = float("nan")          # on the last pipeline stage only: the others print "loss n/a"
         if reduced and ps.is_pipeline_last_stage(ignore_virtual=True):
             total = torch.stack([r["lm loss"] for r in reduced]).sum(0)

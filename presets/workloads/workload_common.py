@@ -8,6 +8,7 @@ torchrun as they run under `phantora run`.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import socket
 import threading
@@ -158,3 +159,57 @@ def settle_threads(timeout_s: float = 1.0, window_s: float = 0.02) -> None:
         if after == before:
             return
         before = after
+
+
+# ------------------------------------------------------------------------------- in-situ kernel profile
+KERNEL_PROFILE_STEPS = (3, 4)
+
+
+def start_kernel_profile():
+    from torch.profiler import ProfilerActivity, profile
+
+    prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=True)
+    prof.__enter__()
+    return prof
+
+
+def write_kernel_profile(prof, out: Path, step_times: list[float], prog: str) -> None:
+    """In-situ GPU time of the recorded steps: per (op, input shapes) the kernel time launched by the op itself
+    (torch.profiler's self device time), per kernel name its calls and total time (summed over the recorded steps),
+    and the timeline of every kernel (name, stream, start, duration; timeline.json). Times in microseconds."""
+    import torch
+
+    prof.__exit__(None, None, None)
+    out.mkdir(parents=True, exist_ok=True)
+    steps = len(step_times)
+    ops = []
+    for e in prof.key_averages(group_by_input_shape=True):
+        dev_us = float(getattr(e, "self_device_time_total", 0.0) or 0.0)
+        if dev_us <= 0 or e.key.startswith(("ProfilerStep", "cuda", "void ", "Memcpy", "Memset")):
+            continue
+        if getattr(e, "device_type", None) is not None and "CUDA" in str(e.device_type):
+            continue
+        ops.append({"op": e.key, "shapes": e.input_shapes, "count": e.count, "self_device_us": dev_us})
+    kernels: dict[str, list[float]] = {}
+    names: dict[str, int] = {}
+    timeline = []                       # (kernel name id, stream, start µs, duration µs) of every GPU activity
+    for ev in prof.profiler.kineto_results.events():
+        if "cuda" not in str(ev.device_type()).lower():
+            continue
+        k = kernels.setdefault(ev.name(), [0, 0.0])
+        k[0] += 1
+        k[1] += ev.duration_ns() / 1000.0
+        timeline.append((names.setdefault(ev.name(), len(names)), int(ev.device_resource_id()),
+                         ev.start_ns() / 1000.0, ev.duration_ns() / 1000.0))
+    meta = {"steps": steps, "step_times_s": step_times, "device": torch.cuda.get_device_name(),
+            "torch": torch.__version__}
+    (out / "ops.json").write_text(json.dumps({**meta, "ops": ops}) + "\n")
+    (out / "kernels.json").write_text(json.dumps(
+        {**meta, "kernels": [{"name": n, "calls": c, "total_us": t} for n, (c, t) in
+                             sorted(kernels.items(), key=lambda kv: -kv[1][1])]}) + "\n")
+    t0 = min((t[2] for t in timeline), default=0.0)
+    (out / "timeline.json").write_text(json.dumps(
+        {**meta, "names": sorted(names, key=names.get), "columns": ["name", "stream", "start_us", "duration_us"],
+         "kernels": [(n, st, round(s - t0, 3), round(d, 3)) for n, st, s, d in sorted(timeline, key=lambda t: t[2])]})
+        + "\n")
+    print(f"{prog}: in-situ kernel profile of steps {KERNEL_PROFILE_STEPS} written to {out}", flush=True)

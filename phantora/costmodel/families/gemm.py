@@ -33,14 +33,14 @@ def _matmul(sig: Signature, family: str) -> Work:
         c = t(0)
         flops, batch = 2.0 * m * n * k + m * n, 1
         a, b = t(1), t(2)
-        extra = touched(c[0], c[2]) * itemsize(c[1]) * (2 if name == "addmm_" else 1)
+        extra = touched(c[0], c[2]) * itemsize(c[1]) * (2 if name == "addmm_" else 1) * _reads_c(sig)
     elif name in ("baddbmm", "baddbmm_", "addbmm", "addbmm_"):
         (bt, m, k), a_dt, _ = t(1)
         n = t(2)[0][2]
         c = t(0)
-        flops = 2.0 * bt * m * n * k + (bt if name.startswith("baddbmm") else 1) * m * n
+        flops = 2.0 * bt * m * n * k + (bt if name.startswith("baddbmm") else 1) * m * n * _reads_c(sig)
         a, b = t(1), t(2)
-        extra = touched(c[0], c[2]) * itemsize(c[1])
+        extra = touched(c[0], c[2]) * itemsize(c[1]) * _reads_c(sig)
         batch = bt if name.startswith("baddbmm") else 1
     elif name == "linear":
         x, w = t(0), t(1)
@@ -161,3 +161,8 @@ def _conv(sig: Signature, family: str) -> Work:
     out_numel = x[0][0] * cout * numel(tuple(out_spatial))
     flops = _conv_flops(x[0], w[0], out_spatial, transposed, groups)
     return Work(CONV, flops, _bytes_in(sig) + out_numel * itemsize(x[1]), _tc_dtype(sig, x[1]), True)
+
+
+def _reads_c(sig: Signature) -> int:
+    """1 when an addmm / baddbmm reads its C input, 0 when beta is 0 (recorded in the signature as ("beta", 0.0))."""
+    return 0 if sig.scalar("beta", 1.0) == 0 else 1

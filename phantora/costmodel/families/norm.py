@@ -43,4 +43,8 @@ def _softmax(sig: Signature, family: str) -> Work:
         out_dt = sig.scalar("input_dtype") or dt
         return Work(SOFTMAX, float(3 * n), _bytes_in(sig) + n * itemsize(out_dt))
     out_dt = "float32" if sig.scalar("half_to_float", False) else (sig.scalar("dtype") or dt)
-    return Work(SOFTMAX, float(5 * n), _bytes_in(sig) + n * itemsize(out_dt))
+    # rows of at most 2048 elements and 8 KiB run as one warp-per-row pass (PyTorch's softmax_warp_forward, rows held
+    # in registers); longer rows go through the block kernel's several passes, which the family's efficiency reflects
+    row = shape[int(sig.scalar("dim", -1)) % len(shape)] if shape else 1
+    warp = row <= 2048 and row * itemsize(dt) <= 8192
+    return Work(SOFTMAX, float(5 * n), _bytes_in(sig) + n * itemsize(out_dt), op=name, variant="warp" if warp else "")
