@@ -83,6 +83,31 @@ class NetSpec:
         return self.inter_node_gbps / 8 * 1e9 * self.nic_efficiency
 
 
+HOST_RATE_TABLES = ("copy_gbps", "elementwise_gbps", "reduction_gbps", "cpu_adam_gbps")
+
+
+def check_rate_table(table: Any, key: str) -> None:
+    """A list of [threads, GB/s] points with increasing thread counts."""
+    if not isinstance(table, list) or not table:
+        raise PresetError("expected a list of [threads, GB/s] pairs", key=key)
+    last = 0
+    for i, point in enumerate(table):
+        if not isinstance(point, list) or len(point) != 2:
+            raise PresetError(f"entry {i}: expected [threads, GB/s], got {point!r}", key=key)
+        check_number(point[0], f"{key}[{i}][0]", positive=True)
+        check_number(point[1], f"{key}[{i}][1]", positive=True)
+        if point[0] <= last:
+            raise PresetError(f"entry {i}: thread counts must increase", key=key)
+        last = point[0]
+
+
+def host_rates_env(host: "HostSpec") -> str:
+    """The host's rate tables as the ranks read them (PHANTORA_HOST_MEMORY_GBPS):
+    `name=threads:gbps,threads:gbps;name=...` (stubs/phantora_stubs/host_compute.py)."""
+    return ";".join(f"{key[:-5]}=" + ",".join(f"{t!r}:{g!r}" for t, g in getattr(host, key))
+                    for key in HOST_RATE_TABLES)
+
+
 @dataclass
 class HostSpec:
     """The CPU side of each rank (docs/host-cpu.md)."""
@@ -92,11 +117,21 @@ class HostSpec:
     py_call_ns: float = 1258.0             # a Python function call (and the bytecode it runs)
     c_call_ns: float = 0.0                 # a call of a built-in (C) function
     dispatch_us: float = 2.6               # an aten op through PyTorch's dispatcher (kernel, view or metadata op)
+    cpu_cores: int = 16                    # host threads of a rank when OMP_NUM_THREADS is not set
+    # host memory traffic (bytes read + written per second, GB/s) of a rank's CPU work on large host tensors, by
+    # thread count: [threads, GB/s] points, interpolated (measured on a 2 x H200 host: groundtruth/deepspeed/)
+    copy_gbps: list = field(default_factory=lambda: [[1, 11.1], [4, 37.5], [16, 82.8]])          # copy_, casts
+    elementwise_gbps: list = field(default_factory=lambda: [[1, 24.0], [4, 64.0], [16, 150.4]])  # mul_, add_...
+    reduction_gbps: list = field(default_factory=lambda: [[1, 12.5], [16, 12.9]])                # norm, sum...
+    cpu_adam_gbps: list = field(default_factory=lambda: [[1, 24.3], [4, 79.4], [16, 131.0]])     # DeepSpeed CPU Adam
 
     def validate(self) -> None:
         for key in ("launch_overhead_us", "py_call_ns", "c_call_ns", "dispatch_us"):
             check_number(getattr(self, key), f"host.{key}", nonnegative=True)
         check_number(self.cpu_time_scale, "host.cpu_time_scale", nonnegative=True)
+        check_number(self.cpu_cores, "host.cpu_cores", positive=True)
+        for key in HOST_RATE_TABLES:
+            check_rate_table(getattr(self, key), f"host.{key}")
 
 
 @dataclass

@@ -2,7 +2,8 @@
 
 The measurement tools (phantora/probes/) run apart from every simulation: nothing that runs in one (the cost model,
 the engine, the network model, the trace, live runs, the stubs) imports them. Framework-specific code lives in
-phantora/frameworks/; the stubs know no framework by name.
+phantora/frameworks/; the stubs import no framework, and only their stand-ins (stubs/phantora_stubs/standins/) name
+one.
 """
 
 import ast
@@ -69,7 +70,17 @@ def test_nothing_that_runs_in_a_simulation_imports_the_probes():
 
 def test_the_stubs_import_no_framework_by_name():
     assert _violations(["stubs"], "phantora.frameworks") == []
-    assert _violations(["stubs"], "torchtitan") == []
+    for framework in ("torchtitan", "megatron", "deepspeed", "transformer_engine"):
+        assert _violations(["stubs"], framework) == []
+
+
+def test_only_the_stand_ins_name_a_framework_in_the_stubs():
+    """Framework knowledge in the stubs lives in standins/, one module per framework."""
+    standins = ROOT / "stubs" / "phantora_stubs" / "standins"
+    named = [f"{p.relative_to(ROOT)}" for p in _sources(["stubs"])
+             if standins not in p.parents and any(f'"{fw}.' in p.read_text() or f"'{fw}." in p.read_text()
+                                                    for fw in ("deepspeed", "megatron", "torchtitan"))]
+    assert named == []
 
 
 @pytest.mark.parametrize("source, expected", [

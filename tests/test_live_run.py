@@ -66,6 +66,30 @@ def test_torchrun_environment_and_values_across_ranks(tmp_path):
         assert r["objs"] == [{"rank": k} for k in range(world)]
         assert r["bcast"] == [(world - 1) * 10]
         assert r["gathered"] == [2.0 * k for k in range(world)]
+        assert r["ids_ok"] is True                   # a long integer id list (DeepSpeed ZeRO-3's) keeps its values
+        assert r["floats_from_root"] == 0.0          # a long float tensor holds no values: placeholders
+
+
+def test_ops_on_large_host_tensors_cost_their_bytes_at_the_host_rates():
+    """An op on fake host tensors charges the rank's CPU its bytes over the host preset's measured rate for the op's
+    kind at the rank's threads (OMP_NUM_THREADS=4: a measured point of every table but the reduction's); an upload
+    that casts converts on the host first (PyTorch's rule), at the copy rate."""
+    from phantora.cluster import HostSpec
+
+    proc = phantora_run("--gpus-per-node", "1", "--no-trace", "--", "python", str(SCRIPTS / "host_compute.py"),
+                        env_extra={"OMP_NUM_THREADS": "4"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (res,) = results(proc.stdout)
+    host, n = HostSpec(), res["n"]
+
+    def expect(nbytes: float, table: list) -> float:
+        threads, gbps = zip(*table)
+        return nbytes / (float(np.interp(4, threads, gbps)) * 1e9)
+
+    for key, nbytes, table in (("mul_s", 8 * n, host.elementwise_gbps), ("copy_s", 6 * n, host.copy_gbps),
+                               ("norm_s", 4 * n + 4, host.reduction_gbps), ("h2d_cast_s", 6 * n, host.copy_gbps)):
+        want = expect(nbytes, table)
+        assert want <= res[key] <= want * 1.01 + 50e-6, (key, res[key], want)
 
 
 def test_mirrored_ranks_contribute_their_representatives_values():

@@ -15,6 +15,7 @@ from phantora.errors import PhantoraError
 from phantora.groundtruth.schema import Record
 from phantora.groundtruth.store import list_suites, load_suite
 
+from .deepspeed import deepspeed_command
 from .megatron import megatron_command
 from .reference import reference_command
 from .torchtitan import UnsupportedCase, torchtitan_command, torchtitan_environment, torchtitan_run_options
@@ -24,6 +25,7 @@ WORKLOAD_COMMANDS: dict[str, Callable[[Record], list[str]]] = {
     "torchtitan": torchtitan_command,
     "phantora-llama": reference_command,
     "megatron-core": megatron_command,
+    "deepspeed": deepspeed_command,
 }
 # framework -> function giving the `phantora run` options of the record's software (torch release, SDPA order)
 RUN_OPTIONS: dict[str, Callable[[Record], list[str]]] = {

@@ -30,6 +30,7 @@ from ..tomlconf import build, read_toml
 FRAMEWORKS: dict[str, str] = {
     "torchtitan": "phantora.frameworks.torchtitan",
     "megatron": "phantora.frameworks.megatron",
+    "deepspeed": "phantora.frameworks.deepspeed",
 }
 """Framework name (its preset's file name) -> its package: the registry."""
 

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import IO, Callable
 
 from .. import hostcpu
-from ..cluster import ClusterSpec
+from ..cluster import ClusterSpec, host_rates_env
 from ..engine import devmem
 from ..engine.allocator import AllocatorConfig
 from ..errors import PhantoraError
@@ -193,6 +193,8 @@ def rank_environment(opts: RunOptions, server: EngineServer, rank: int, port: in
         "PHANTORA_RUNTIME": server.address, wire.AUTHKEY_ENV: server.authkey.hex(),
         "PHANTORA_LAUNCH_OVERHEAD_US": repr(spec.host.launch_overhead_us),
         "PHANTORA_CPU_TIME_SCALE": repr(spec.host.cpu_time_scale),
+        "PHANTORA_HOST_MEMORY_GBPS": host_rates_env(spec.host),
+        "PHANTORA_HOST_CPU_CORES": str(spec.host.cpu_cores),
         "PHANTORA_DEVICE_MEMORY": devmem.spec_env(spec.device_memory),
         hostcpu.ENV_MODE: getattr(opts, "host_cpu", hostcpu.DEFAULT_MODE), hostcpu.ENV_COSTS: hostcpu.HostCosts.from_spec(spec.host).env(),
         # string hashes seeded alike in every run: set and dict orders, and the host work they lead to, repeat
@@ -205,8 +207,9 @@ def rank_environment(opts: RunOptions, server: EngineServer, rank: int, port: in
         "ROLE_RANK": str(rank), "ROLE_WORLD_SIZE": str(spec.world_size), "ROLE_NAME": "default",
         "GROUP_WORLD_SIZE": str(spec.nodes), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
         "TORCHELASTIC_RESTART_COUNT": "0", "TORCHELASTIC_MAX_RESTARTS": "0", "TORCHELASTIC_RUN_ID": "phantora",
-        "OMP_NUM_THREADS": env.get("OMP_NUM_THREADS", "1"),
     })
+    if "OMP_NUM_THREADS" not in env and gpn > 1:
+        env["OMP_NUM_THREADS"] = "1"        # as torchrun sets it for several processes per node
     env["PHANTORA_LAUNCHER_PID"] = str(os.getpid())          # the rank dies with the launcher (bootstrap)
     env["PHANTORA_STACK_FILE"] = server.stack_file(rank)      # where it writes its stacks when asked (reports)
     env.update(opts.env)

@@ -24,12 +24,8 @@ Bad arguments end the run with one line on stderr and exit status 2.
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import statistics
 import sys
 import time
-from dataclasses import asdict
 from functools import partial
 from pathlib import Path
 
@@ -38,9 +34,9 @@ import torch.nn.functional as F
 
 PROG = "megatron_gpt"
 sys.path.insert(0, str(Path(__file__).resolve().parent))     # workload_common.py, however this file is loaded
-from workload_common import (KERNEL_PROFILE_STEPS, ModelArgs, Parser, UsageError, default_env,  # noqa: E402
-                             flops_per_token, load_model_args, peak_tflops_for, settle_threads,
-                             start_kernel_profile, write_kernel_profile)
+from workload_common import (KERNEL_PROFILE_STEPS, ModelArgs, Parser, UsageError, cuda_main,  # noqa: E402
+                             flops_per_token, lm_step_line, lm_summary, load_model_args, peak_tflops_for,
+                             start_kernel_profile, write_kernel_profile, write_summary)
 
 
 def count_params(a: ModelArgs) -> tuple[int, int]:
@@ -253,56 +249,34 @@ def train(args, a: ModelArgs, dp: int, rank: int, local_rank: int) -> None:
         losses.append(loss_value)
         if log:
             tps = tokens_per_step / dt / world
-            loss_text = "n/a" if loss_value != loss_value else f"{loss_value:.4f}"
-            line = f"step {step} loss {loss_text} time_s {dt:.4f} tps_per_gpu {tps:.1f}"
-            if peak:
-                line += f" mfu {100.0 * tps * fpt / (peak * 1e12):.2f}%"
-            line += f" mem_gib {torch.cuda.max_memory_allocated(device) / 2**30:.2f}"
-            if grad_norm is not None:
-                line += f" grad_norm {float(grad_norm):.3f}"
-            print(line, flush=True)
+            print(lm_step_line(step, loss_value, dt, tps, fpt, peak,
+                               torch.cuda.max_memory_allocated(device) / 2**30, grad_norm), flush=True)
 
     if log:
-        median = statistics.median(times[1:] if len(times) > 1 else times)
-        tps = tokens_per_step / median / world
-        summary = {
-            "workload": "megatron_gpt", "model": a.name, "shapes": asdict(a), "params": n_params,
-            "params_without_embedding": n_params_no_emb, "flops_per_token": fpt,
-            "global_tokens_per_step": tokens_per_step, "step_times_s": times, "losses": losses,
-            "median_step_s": median, "tps_per_gpu": tps, "peak_tflops": peak,
-            "mfu_pct": 100.0 * tps * fpt / (peak * 1e12) if peak else None,
-            "peak_mem_gib": torch.cuda.max_memory_allocated(device) / 2**30, "device_name": device_name,
-            "config": {"world_size": world, "tp": args.tp, "pp": args.pp, "vpp": args.vpp, "dp": dp,
-                       "micro_batch": args.micro_batch, "global_batch": global_batch, "seq": args.seq,
-                       "recompute": args.recompute, "sequence_parallel": args.sequence_parallel,
-                       "distributed_optimizer": args.distributed_optimizer,
-                       "overlap_grad_reduce": args.overlap_grad_reduce,
-                       "overlap_param_gather": args.overlap_param_gather, "clip_grad": args.clip_grad,
-                       "spec": args.spec, "steps": args.steps},
-        }
-        text = json.dumps(summary)
-        print(f"SUMMARY {text}", flush=True)
-        if args.json_out:
-            Path(args.json_out).write_text(text + "\n")
+        summary = lm_summary("megatron_gpt", a, count_params(a), fpt, tokens_per_step, times, losses, world, peak,
+                             torch.cuda.max_memory_allocated(device) / 2**30, device_name,
+                             {"world_size": world, "tp": args.tp, "pp": args.pp, "vpp": args.vpp, "dp": dp,
+                              "micro_batch": args.micro_batch, "global_batch": global_batch, "seq": args.seq,
+                              "recompute": args.recompute, "sequence_parallel": args.sequence_parallel,
+                              "distributed_optimizer": args.distributed_optimizer,
+                              "overlap_grad_reduce": args.overlap_grad_reduce,
+                              "overlap_param_gather": args.overlap_param_gather, "clip_grad": args.clip_grad,
+                              "spec": args.spec, "steps": args.steps})
+        write_summary(summary, args.json_out)
     ps.destroy_model_parallel()
     torch.distributed.destroy_process_group()
 
 
 def main(argv=None) -> int:
-    try:
+    def parse():
         args = parse_args(argv)
-        a = load_model_args(args.model, args.layers, dense_only=True)
-        if not torch.cuda.is_available():
-            raise UsageError("Megatron-core needs CUDA (run on a GPU, or under `phantora run`)")
-        default_env()
-        world, rank, local_rank = (int(os.environ[k]) for k in ("WORLD_SIZE", "RANK", "LOCAL_RANK"))
-        dp = check_layout(args, a, world)
-        train(args, a, dp, rank, local_rank)
-    except UsageError as e:
-        print(f"{PROG}: error: {e}", file=sys.stderr, flush=True)
-        return 2
-    settle_threads()
-    return 0
+        return args, load_model_args(args.model, args.layers, dense_only=True)
+
+    def start(parsed, world: int, rank: int, local_rank: int) -> None:
+        args, a = parsed
+        train(args, a, check_layout(args, a, world), rank, local_rank)
+
+    return cuda_main(PROG, parse, start)
 
 
 if __name__ == "__main__":

@@ -161,6 +161,66 @@ def settle_threads(timeout_s: float = 1.0, window_s: float = 0.02) -> None:
         before = after
 
 
+# ------------------------------------------------------------------------------- a CUDA workload's frame
+def cuda_main(prog: str, parse, start) -> int:
+    """The `main` of a workload that needs CUDA: `parse()` reads the arguments, then `start(parsed, world, rank,
+    local_rank)` trains; a UsageError (from the arguments or the layout) ends the run with one line on stderr and
+    status 2."""
+    import sys
+
+    import torch
+    try:
+        parsed = parse()
+        if not torch.cuda.is_available():
+            raise UsageError("this workload needs CUDA (run on a GPU, or under `phantora run`)")
+        default_env()
+        start(parsed, env_int("WORLD_SIZE"), env_int("RANK"), env_int("LOCAL_RANK"))
+    except UsageError as e:
+        print(f"{prog}: error: {e}", file=sys.stderr, flush=True)
+        return 2
+    settle_threads()
+    return 0
+
+
+def lm_step_line(step: int, loss: float, dt: float, tps: float, fpt: float, peak: float | None, mem_gib: float,
+                 grad_norm: float | None) -> str:
+    """A language-model step line: `step N loss L time_s T tps_per_gpu X [mfu M%] mem_gib G [grad_norm N]`."""
+    loss_text = "n/a" if loss != loss else f"{loss:.4f}"
+    line = f"step {step} loss {loss_text} time_s {dt:.4f} tps_per_gpu {tps:.1f}"
+    if peak:
+        line += f" mfu {100.0 * tps * fpt / (peak * 1e12):.2f}%"
+    line += f" mem_gib {mem_gib:.2f}"
+    if grad_norm is not None:
+        line += f" grad_norm {float(grad_norm):.3f}"
+    return line
+
+
+def lm_summary(workload: str, a: ModelArgs, params: tuple[int, int], fpt: float, tokens_per_step: int,
+               times: list[float], losses: list[float], world: int, peak: float | None, peak_mem_gib: float,
+               device_name: str, config: dict) -> dict:
+    """The SUMMARY of a language-model workload (the keys presets/workloads/llama.py's SUMMARY has); the median
+    leaves the first step out."""
+    from dataclasses import asdict
+    from statistics import median as _median
+
+    median = _median(times[1:] if len(times) > 1 else times)
+    tps = tokens_per_step / median / world
+    return {"workload": workload, "model": a.name, "shapes": asdict(a), "params": params[0],
+            "params_without_embedding": params[1], "flops_per_token": fpt,
+            "global_tokens_per_step": tokens_per_step, "step_times_s": times, "losses": losses,
+            "median_step_s": median, "tps_per_gpu": tps, "peak_tflops": peak,
+            "mfu_pct": 100.0 * tps * fpt / (peak * 1e12) if peak else None,
+            "peak_mem_gib": peak_mem_gib, "device_name": device_name, "config": config}
+
+
+def write_summary(summary: dict, json_out: str | None) -> None:
+    """Print `SUMMARY {json}` and write the json to `json_out` if given."""
+    text = json.dumps(summary)
+    print(f"SUMMARY {text}", flush=True)
+    if json_out:
+        Path(json_out).write_text(text + "\n")
+
+
 # ------------------------------------------------------------------------------- in-situ kernel profile
 KERNEL_PROFILE_STEPS = (3, 4)
 

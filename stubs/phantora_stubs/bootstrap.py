@@ -11,8 +11,9 @@
    PHANTORA_FAKE_CUDA=cpu-only (its guard then replaces the real one right after `import torch`), so that a rank
    never touches the real GPU;
 6. arranges that, as soon as `torch` has been imported, the torch-side pieces are installed: torch.cuda stand-ins,
-   the global fake mode and the interceptor, the torch.distributed backend, and the post-import patches of
-   DeviceMesh, flex attention and torch.distributed.set_timeout.
+   the global fake mode and the interceptor, the torch.distributed backend, the post-import patches of
+   DeviceMesh, flex attention and torch.distributed.set_timeout, and the framework stand-ins' import hooks
+   (standins/).
 
 Before all this, a rank started by `phantora run` arranges to die with its launcher (Linux) and, when
 PHANTORA_STACK_FILE is set, to write its Python stacks there on SIGUSR2 (errors.install_stack_dump), which the launcher
@@ -198,6 +199,8 @@ def install_torch(ctx: context.Context) -> None:
     dist_install.install(ctx)
     when_imported("torch.distributed.device_mesh", fake.patch_device_mesh)
     when_imported("torch.nn.attention.flex_attention", fake.patch_flex_attention)
+    from . import standins
+    standins.install(when_imported)
     when_imported("torch.nn.parallel.distributed", dist_ddp.patch_ddp_module)
     fake.patch_distributed(sys.modules["torch.distributed"])
     clock.METER.reset()

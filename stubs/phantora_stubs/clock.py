@@ -304,6 +304,18 @@ class VirtualClock:
 CLOCK: VirtualClock | None = None
 
 
+def host_work(seconds: float) -> None:
+    """Charge `seconds` of modelled host compute to the calling thread's rank, after the framework's pending work
+    (a stand-in for a host loop that runs on tensors holding no data: DeepSpeed's CPU optimizers)."""
+    if CLOCK is None or seconds <= 0:
+        return
+    METER.enter(2)
+    try:
+        CLOCK._rt().advance_cpu(METER.claim() + float(seconds))    # type: ignore[attr-defined]
+    finally:
+        METER.exit()
+
+
 def install(runtime_getter: Callable[[], object], epoch: float | None = None) -> VirtualClock:
     """Replace the `time` module's clocks with the virtual ones (idempotent)."""
     global CLOCK

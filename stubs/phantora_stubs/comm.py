@@ -98,6 +98,11 @@ def join(ctx, event_id: int) -> None:
 _GROUP = threading.local()      # depth: open ncclGroupStart calls; pending: completion events of the batch
 
 
+def in_group() -> bool:
+    """Whether this thread is inside an NCCL group (batch_isend_irecv, a coalescing manager)."""
+    return getattr(_GROUP, "depth", 0) > 0
+
+
 def group_marker(ctx, kind: OpKind) -> None:
     """GROUP_START / GROUP_END around a batch of point-to-point ops. Groups nest as NCCL's do (only the outermost
     pair is emitted); the completion event of every communication stream the batch used is recorded after the

@@ -1,5 +1,6 @@
 """Point-to-point on a simulated process group: send/recv become `OpKind.SEND` / `OpKind.RECV` (peer = group
-rank), and NCCL groups (`batch_isend_irecv`, the coalescing manager) are bracketed by GROUP_START / GROUP_END (an NCCL
+rank); a plain send of small tensors with known values carries them to the receiver (exchange.p2p_send), and NCCL
+groups (`batch_isend_irecv`, the coalescing manager) are bracketed by GROUP_START / GROUP_END (an NCCL
 group: its transfers run when it ends, and its one work completes after them; comm.py).
 """
 
@@ -8,9 +9,9 @@ from __future__ import annotations
 import torch.distributed as dist
 from phantora.engine.ops import OpKind
 
-from . import comm, context
+from . import comm, context, exchange
 from .clock import METER
-from .dist_emit import EmissionMixin, PhantoraWork, _forget
+from .dist_emit import EmissionMixin, PhantoraWork, _flat, _forget
 
 
 class PointToPointMixin(EmissionMixin):
@@ -18,11 +19,17 @@ class PointToPointMixin(EmissionMixin):
 
     # -- point-to-point ----------------------------------------------------------------------------------------------
     def send(self, tensors, dst, tag=0):
-        return self._p2p(OpKind.SEND, tensors, dst)
+        work = self._p2p(OpKind.SEND, tensors, dst)
+        info = self._info
+        exchange.p2p_send(info.gid, info.ranks[self.rank()], info.ranks[dst], list(_flat(tensors)))
+        return work
 
     def recv(self, tensors, src, tag=0):
         _forget(tensors)
-        return self._p2p(OpKind.RECV, tensors, src)
+        work = self._p2p(OpKind.RECV, tensors, src)
+        info = self._info
+        exchange.p2p_recv(info.gid, info.ranks[src], info.ranks[self.rank()], list(_flat(tensors)), work._event)
+        return work
 
     def recv_anysource(self, tensors, tag=0):
         _forget(tensors)

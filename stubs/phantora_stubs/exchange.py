@@ -1,6 +1,6 @@
 """Real values through collectives: small tensors whose values are known (phantora_stubs.values) and Python objects.
 
-A collective on small tensors (every tensor at most `values.SMALL_NUMEL` elements) whose values this rank knows
+A collective on small tensors (every tensor small enough by `values.small_enough`) whose values this rank knows
 exchanges them through the runtime (`Runtime.exchange`), and the host then waits for the collective's completion, as
 reading the result would make it. A member whose value is unknown asks nothing (its result is unknown anyway) and
 counts as unknown for the others, whose results become unknown too (the outputs forget their values); a broadcast
@@ -23,11 +23,11 @@ from phantora.engine.ops import Op, OpKind
 
 from . import context
 from .clock import METER
-from .values import SMALL_NUMEL, VALUES
+from .values import VALUES, small_enough
 
 
 def _small(tensors: list[torch.Tensor]) -> bool:
-    return bool(tensors) and all(isinstance(t, torch.Tensor) and t.numel() <= SMALL_NUMEL for t in tensors)
+    return bool(tensors) and all(isinstance(t, torch.Tensor) and small_enough(t) for t in tensors)
 
 
 def _payload(tensors: list[torch.Tensor]) -> list | None:
@@ -59,7 +59,7 @@ def _store(tensors: list[torch.Tensor], arrays: list | None) -> None:
         return
     with unset_fake_temporarily():
         for t, a in zip(tensors, arrays):
-            VALUES.set(t, torch.as_tensor(a).to(t.dtype).reshape(t.shape).clone())
+            VALUES.set(t, torch.as_tensor(a, device="cpu").to(t.dtype).reshape(t.shape).clone())
 
 
 _REDUCE = {"SUM": "sum", "AVG": "avg", "MAX": "max", "MIN": "min", "PRODUCT": "product"}
@@ -122,6 +122,47 @@ def all_gather_into(gid: int, output: torch.Tensor, input: torch.Tensor, event: 
         return
     import numpy as np
     _store([output], [np.concatenate([np.reshape(m[0], (-1,) + tuple(input.shape[1:])) for m in members])])
+
+
+_P2P_COUNT: dict[tuple[int, int, int], int] = {}
+
+
+def _p2p_key(gid: int, src: int, dst: int) -> tuple:
+    n = _P2P_COUNT.get((gid, src, dst), 0)
+    _P2P_COUNT[(gid, src, dst)] = n + 1
+    return (gid, src, dst, ("tensor", n))      # apart from the object messages' counters
+
+
+def p2p_send(gid: int, src: int, dst: int, tensors: list[torch.Tensor]) -> None:
+    """A plain send of small tensors posts their values (None when unknown) for the receiver (global ranks). Inside
+    an NCCL group (batched p2p) nothing is exchanged: the receive completes only when the group ends."""
+    from .comm import in_group
+    if not _small(tensors) or in_group():
+        return
+    ctx = context.get()
+    METER.enter()
+    try:
+        ctx.runtime.put_object(_p2p_key(gid, src, dst), _payload(tensors))
+    finally:
+        METER.exit()
+
+
+def p2p_recv(gid: int, src: int, dst: int, tensors: list[torch.Tensor], event: int | None) -> None:
+    """The matching receive: the host waits for the receive's completion (as reading the values would make it) and
+    takes the sender's values. Pipeline engines send tensor shapes this way before the activations (DeepSpeed's
+    PipelineEngine)."""
+    from .comm import in_group
+    if not _small(tensors) or in_group():
+        return
+    ctx = context.get()
+    METER.enter()
+    try:
+        sync = Op(OpKind.SYNC_EVENT, stream=ctx.dev.stream(), arg=-1 if event is None else int(event),
+                  cpu_delta=METER.claim())
+        found, payload = ctx.runtime.take_object(_p2p_key(gid, src, dst), sync)
+    finally:
+        METER.exit()
+    _store(tensors, payload if found else None)
 
 
 def objects_gather(gid: int, obj: Any, event: int | None) -> list:

@@ -363,6 +363,30 @@ def _install_iteration_marks(ctx) -> None:
 
     _PATCHED["iter_marks_pre"] = register_optimizer_step_pre_hook(enter)
     _PATCHED["iter_marks"] = register_optimizer_step_post_hook(mark)
+    _ITERATION_STEP[:] = [enter, mark]
+
+
+_ITERATION_STEP: list = []
+
+
+def iteration_step(fn):
+    """Wrap a framework's optimizer step that is not a torch Optimizer (DeepSpeed's engine steps its ZeRO optimizer,
+    which steps the inner optimizer once per parameter sub-group): the call is the outermost step of its nest, so it
+    marks one iteration however many inner steps it takes."""
+    import functools
+
+    @functools.wraps(fn)
+    def step(*args, **kwargs):
+        if not _ITERATION_STEP:
+            return fn(*args, **kwargs)
+        enter, mark = _ITERATION_STEP
+        enter(None, args, kwargs)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            mark(None, args, kwargs)
+    step._phantora = True
+    return step
 
 
 # ---- fork ------------------------------------------------------------------------------------------------------------

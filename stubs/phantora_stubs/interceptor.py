@@ -4,7 +4,8 @@ For each op it
 - measures the framework CPU time since the previous op (`clock.METER`, thread CPU time read on entry and exit,
   so its own work and the fake-tensor computation it triggers are excluded) and puts it into `Op.cpu_delta`;
 - runs the op under the fake mode (shapes, dtypes, devices; no data);
-- emits nothing for views and metadata ops and for ops on host tensors only;
+- emits nothing for views and metadata ops and for ops on host tensors only; an op on large fake host tensors
+  charges their memory traffic to the rank's CPU clock (host_compute.py);
 - accounts the memory of new output storages (memtrack: OpKind.ALLOC / FREE, OOM as torch.OutOfMemoryError);
 - emits the kernel (`OpKind.KERNEL`) on the current stream with the cost model's signature id, duration, FLOPs and
   bytes; copies across the host link become `OpKind.MEMCPY` (a blocking device-to-host copy waits);
@@ -39,7 +40,7 @@ from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.weak import WeakIdKeyDictionary
 
-from . import comm
+from . import comm, host_compute
 from .clock import METER
 from .clock import REAL as _REAL_CLOCKS
 from .errors import UnsupportedOpError, user_location
@@ -276,8 +277,17 @@ class Interceptor(TorchDispatchMode):
         if device is not None:
             mem = self.mem.track(outs)
             self._emit_kernel(func, args, kwargs, device, mem)
+        else:
+            self._host_compute(func, _tensors((args, kwargs)), outs)
         VALUES.after_op(func, _packet_name(func), args, kwargs, out)
         return out
+
+    def _host_compute(self, func, inputs: list[torch.Tensor], outputs: list[torch.Tensor]) -> None:
+        """An op on large fake host tensors: its memory traffic charged to the rank's CPU (host_compute.py)."""
+        name = _packet_name(func)
+        nbytes = host_compute.op_bytes(name, inputs, outputs)
+        if nbytes >= host_compute.MIN_BYTES:
+            self.rt.advance_cpu(host_compute.memory().seconds(nbytes, host_compute.kind_of(name)))
 
     # -- copies -----------------------------------------------------------------------------------------------------
     def _copy(self, func, args, kwargs):
@@ -289,6 +299,7 @@ class Interceptor(TorchDispatchMode):
             dst, src = args[0], args[1]
         sdev, ddev = src.device, dst.device
         if sdev.type != "cuda" and ddev.type != "cuda":
+            self._host_compute(func, _tensors((args, kwargs)), _tensors(out))
             VALUES.after_op(func, name, args, kwargs, out)
             return out
         mem = self.mem.track(_tensors(out))
@@ -302,12 +313,23 @@ class Interceptor(TorchDispatchMode):
             else:
                 direction, device = Memcpy.D2D, sdev.index or 0
             nbytes = dst.numel() * dst.element_size()
+            non_blocking = bool(kwargs.get("non_blocking", False) or (len(args) > 2 and args[2] is True))
+            # A copy between host and device that changes the dtype converts on the host (before an upload, after
+            # a blocking download; PyTorch's copy_ of Copy.cu), and moves the host side's dtype over the link.
+            host_convert = (src.dtype != dst.dtype and direction != Memcpy.D2D
+                            and (direction == Memcpy.H2D or not non_blocking))
+            if host_convert:
+                nbytes = dst.numel() * (dst.element_size() if direction == Memcpy.H2D else src.element_size())
+                convert = dst.numel() * (src.element_size() + dst.element_size())
+                if direction == Memcpy.H2D and convert >= host_compute.MIN_BYTES:
+                    self.rt.advance_cpu(host_compute.memory().seconds(convert, "copy"))
             duration, sig, source = self._copy_cost(func, args, kwargs)
             op = Op(OpKind.MEMCPY, stream=self.dev.stream(device), name=str(func), sig=sig, duration=duration,
                     nbytes=nbytes, arg=int(direction), cpu_delta=METER.claim(), source=source, mem=mem)
-            non_blocking = bool(kwargs.get("non_blocking", False) or (len(args) > 2 and args[2] is True))
             if direction == Memcpy.D2H and not non_blocking:
                 self.rt.wait(op)
+                if host_convert and convert >= host_compute.MIN_BYTES:
+                    self.rt.advance_cpu(host_compute.memory().seconds(convert, "copy"))
             else:
                 self.rt.submit(op)
         VALUES.after_op(func, name, args, kwargs, out)

@@ -1,7 +1,8 @@
 """Real values of small tensors that came from host data, and placeholders for everything else.
 
 Fake tensors have no data. A side table (weak-keyed by the fake tensor) keeps a real CPU copy of the value of small
-tensors (at most `SMALL_NUMEL` elements) whose value is known on the host:
+tensors (at most `SMALL_NUMEL` elements; integer and bool tensors up to `SMALL_INT_NUMEL`) whose value is known on
+the host:
 - tensors made from host data (`torch.tensor([3.5])`, `torch.full((1,), 2.0)`, `torch.arange(4)`...), including
   small random tensors (`torch.randint(0, 10, (1,))`: drawn from the CPU generator);
 - results of any op all of whose tensor inputs have a known value (elementwise ops, reductions, copies between
@@ -23,10 +24,23 @@ from torch.utils import _pytree as pytree
 from torch.utils.weak import WeakIdKeyDictionary
 
 SMALL_NUMEL = 64
+SMALL_INT_NUMEL = 4096
+"""Integer and bool tensors carry metadata (ids, sizes, counts, index lists such as DeepSpeed's parameter-id lists
+that ZeRO-3 broadcasts and compares), not model data: their values are kept up to this many elements."""
+
+
+def small_enough(t: torch.Tensor) -> bool:
+    """Whether a tensor is small enough for its value to be kept (`SMALL_NUMEL`, `SMALL_INT_NUMEL` for integers)."""
+    n = t.numel()
+    if n <= SMALL_NUMEL:
+        return True
+    return n <= SMALL_INT_NUMEL and not (t.dtype.is_floating_point or t.dtype.is_complex)
 
 # Ops never recomputed on the CPU copies (no meaningful value, or handled elsewhere).
-_NEVER = {"_local_scalar_dense", "record_stream", "set_", "resize_", "_resize_output_", "empty", "empty_like",
-          "empty_strided", "new_empty", "new_empty_strided", "_pin_memory", "is_pinned"}
+_NEVER = {"_local_scalar_dense", "record_stream", "set_", "resize_", "_resize_output_", "_pin_memory", "is_pinned"}
+# Uninitialized memory: any bytes are a valid answer, and a small new buffer is taken as zeros, so that a program that
+# fills part of one and sends it (DeepSpeed's pipeline metadata) sends known values.
+_UNINITIALIZED = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided"}
 
 
 # Ops that write a "found inf/NaN" flag: under the no-inf assumption the flag keeps its (known) value.
@@ -117,7 +131,7 @@ class ValueTable:
                     if v is None:
                         return None
                     x = v
-                elif x.numel() > SMALL_NUMEL or x.device.type == "meta":
+                elif not small_enough(x) or x.device.type == "meta":
                     return None
             elif isinstance(x, torch.device) and x.type != "cpu":
                 x = torch.device("cpu")
@@ -133,8 +147,14 @@ class ValueTable:
         """Propagate known values through an op the fake mode just ran."""
         if packet in _NEVER:
             return
+        if packet in _UNINITIALIZED:
+            for o in pytree.tree_leaves(out):
+                if isinstance(o, FakeTensor) and small_enough(o) and o.device.type != "meta":
+                    with unset_fake_temporarily():
+                        self.table[o] = torch.zeros(tuple(o.shape), dtype=o.dtype, device="cpu")
+            return
         outs = [o for o in pytree.tree_leaves(out) if isinstance(o, torch.Tensor)]
-        if any(o.numel() > SMALL_NUMEL for o in outs):
+        if not all(small_enough(o) for o in outs):
             self.forget_mutated(func, args, kwargs)
             return
         ra = self.real_args(args, kwargs)
@@ -176,7 +196,7 @@ class ValueTable:
         with unset_fake_temporarily():
             if v is not None:
                 return v.detach().clone()
-            return torch.zeros(tuple(t.shape), dtype=t.dtype)
+            return torch.zeros(tuple(t.shape), dtype=t.dtype, device="cpu")
 
     def has_value(self, t: torch.Tensor) -> bool:
         return self.get(t) is not None

@@ -19,8 +19,13 @@ b = [rank * 10]
 dist.broadcast_object_list(b, src=world - 1)
 g = torch.empty(world, device="cuda")
 dist.all_gather_into_tensor(g, torch.tensor([rank * 2.0], device="cuda"))
+ids = torch.tensor(list(range(1000)) if rank == 0 else [-1] * 1000, dtype=torch.int64, device="cuda")
+dist.broadcast(ids, src=0)
+floats = torch.full((1000,), float(rank + 1), device="cuda")
+dist.broadcast(floats, src=0)
 env = {k: os.environ.get(k) for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
                                       "MASTER_PORT", "GROUP_RANK")}
 print("RESULT " + json.dumps({"rank": rank, "world": world, "sum": s.item(), "max": m.item(), "objs": objs,
-                              "bcast": b, "gathered": g.tolist(), "env": env}), flush=True)
+                              "bcast": b, "gathered": g.tolist(), "env": env,
+                              "ids_ok": ids.tolist() == list(range(1000)), "floats_from_root": floats[0].item()}), flush=True)
 dist.destroy_process_group()

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from ...errors import PresetError
 from ...paths import presets_dir
+from ..flags import option_flags
 
 # a record's activation checkpointing -> megatron_gpt.py's --recompute (Megatron's selective recompute is per op:
 # the core attention of every layer)
@@ -39,16 +40,5 @@ def megatron_argv(*, model: str, tp: int = 1, pp: int = 1, micro_batch: int = 1,
             "--steps", str(steps)]
     if global_batch is not None:
         argv += ["--global-batch", str(global_batch)]
-    for key, value in sorted((options or {}).items()):
-        if key not in OPTIONS:
-            raise PresetError(f"unknown Megatron-core option '{key}' (known: {', '.join(sorted(OPTIONS))})",
-                              key=f"workload.options.{key}")
-        flag, kind = OPTIONS[key]
-        if kind == "bool":
-            if value is True:
-                argv.append(flag)
-            elif value is not False:
-                raise PresetError(f"expected true or false, got {value!r}", key=f"workload.options.{key}")
-        else:
-            argv += [flag, str(value)]
+    argv += option_flags(options, OPTIONS, "Megatron-core")
     return argv

@@ -1,0 +1,96 @@
+"""Files the `deepspeed` suite's records from the SUMMARY files that measure.sh wrote.
+
+    python groundtruth/deepspeed/make_records.py groundtruth/deepspeed/h200x2
+
+Each <name>.json of presets/workloads/deepspeed_gpt.py becomes groundtruth/deepspeed/<gpu>-<gpus>-<name>.toml, checked
+as `phantora groundtruth submit` checks a record. The ResNet-50 rows (deepspeed_resnet.py) stay raw data: the record
+schema describes transformer models only. The GPU is read from the folder's system*.txt (nvidia-smi's name).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from phantora.groundtruth.schema import Hardware, Metrics, Parallelism, Record, Source, Workload
+from phantora.groundtruth.submit import canonical_text
+
+# nvidia-smi name -> (id prefix, GPU preset, cluster preset of 1 GPU, of 2 GPUs, host in words)
+GPUS = {"NVIDIA H200": ("h200", "h200-sxm-141gb", "h200-1gpu", "h200-2gpu-nvlink", "2 NVLinked H200 of one host"),
+        "NVIDIA H100 80GB HBM3": ("h100", "h100-sxm-80gb", "h100-1gpu", "", "a one-H100 host")}
+
+
+def gpu_of(folder: Path) -> tuple[str, str, str, str, str]:
+    for path in sorted(folder.glob("system*.txt")):
+        for line in path.read_text().splitlines():
+            name = line.split(",")[0].strip()
+            if name in GPUS:
+                return GPUS[name]
+    raise SystemExit(f"{folder}: no system*.txt naming a known GPU ({', '.join(GPUS)})")
+
+
+def _preset_layers(model: str) -> int:
+    import tomllib
+
+    from phantora.paths import presets_dir
+    return tomllib.loads((presets_dir() / "models" / f"{model}.toml").read_text())["n_layers"]
+
+
+def record_of(path: Path) -> Record:
+    d = json.loads(path.read_text())
+    c = d["config"]
+    gpus = c["world_size"]
+    pp = c.get("pp", 1)
+    dp = gpus // pp
+    name = path.stem
+    options = {"zero": c["zero"]}
+    if c["offload_optimizer"] != "none":
+        options["offload_optimizer"] = c["offload_optimizer"]
+    if c["torch_adam"]:
+        options["torch_adam"] = True
+    if d["shapes"]["n_layers"] != _preset_layers(d["model"]):
+        options["layers"] = d["shapes"]["n_layers"]
+    folder = path.parent.relative_to(Path(__file__).resolve().parent.parent.parent)
+    prefix, gpu, cluster1, cluster2, host = gpu_of(path.parent)
+    threads = "OMP_NUM_THREADS=1 per process (torchrun's default for 2 processes)" if gpus > 1 else \
+        "OMP_NUM_THREADS unset (all host cores)"
+    offload = f" The CPU optimizer ran with {threads}." if c["offload_optimizer"] != "none" else ""
+    return Record(
+        id=f"{prefix}-{gpus}-{name}", suite="deepspeed",
+        notes=(f"presets/workloads/deepspeed_gpt.py (DeepSpeed 0.19.8, {c['optimizer']}, ZeRO {c['zero']}"
+               f"{', PipelineEngine over %d stages' % pp if pp > 1 else ''}) on {gpus} "
+               f"GPU(s) of {host}, {c['steps']} steps, median of steps 2-{c['steps']} (the workload's SUMMARY).{offload}"
+               f" Peak memory (torch.cuda.max_memory_allocated) was {d['peak_mem_gib']:.2f} GiB; it is not recorded "
+               f"as a metric because the simulation reports reserved memory. Raw output: {folder}/{name}.log and "
+               f".json; command: groundtruth/deepspeed/measure.sh."),
+        source=Source(date="2026-11-26", contributor=f"phantora maintainers (measured on {gpus} GPU(s) of {host})",
+                      version="presets/workloads/deepspeed_gpt.py, deepspeed 0.19.8",
+                      section=f"{folder}/{name}.json"),
+        hardware=Hardware(gpu=gpu, gpus=gpus, hosts=1, gpus_per_host=gpus,
+                          cluster=cluster2 if gpus == 2 else cluster1, intra_host_link="nvswitch",
+                          inter_host_gbps_per_gpu=0.0, inter_host_link="none (one host)"),
+        workload=Workload(framework="deepspeed", framework_version="0.19.8", model=d["model"],
+                          micro_batch=c["micro_batch"], global_batch=c["micro_batch"] * c["grad_accum"] * dp,
+                          seq_len=c["seq"], activation_checkpointing=c["ac"],
+                          parallelism=Parallelism(dp_shard=dp if c["zero"] == 3 else 1,
+                                                  dp_replicate=1 if c["zero"] == 3 else dp, pp=pp),
+                          precision=c["precision"], torch_version="2.11.0+cu130",
+                          optimizer=f"AdamW ({c['optimizer']}, fp32 master)", options=options),
+        metrics=Metrics(iteration_s=round(d["median_step_s"], 5), tokens_per_s_per_gpu=round(d["tps_per_gpu"], 1)),
+    )
+
+
+def main(folder: str) -> None:
+    out = Path(__file__).resolve().parent
+    for path in sorted(Path(folder).resolve().glob("*.json")):
+        if json.loads(path.read_text()).get("workload") != "deepspeed_gpt":
+            continue
+        rec = record_of(path)
+        rec.validate()
+        (out / f"{rec.id}.toml").write_text(canonical_text(rec))
+        print(out / f"{rec.id}.toml")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Ground truth of the `deepspeed` suite: presets/workloads/deepspeed_gpt.py (Llama shapes) and deepspeed_resnet.py
+# (ResNet-50) under DeepSpeed 0.19.8 with its default optimizer choice (FusedAdam, compiled on first use) on 1 or 2
+# GPUs of one host: ZeRO 1/2/3, activation checkpointing, gradient accumulation, fp16 loss scaling, ZeRO-Offload.
+# Run from the repository root on a host with the GPUs:  bash groundtruth/deepspeed/measure.sh OUT_DIR PART
+# PART 1, 2 and 3 (the pipeline-engine rows) split the rows; each configuration writes OUT_DIR/<name>.json (the
+# workload's SUMMARY) and OUT_DIR/<name>.log. Rows run under torchrun, which sets OMP_NUM_THREADS=1 for 2 processes (the CPU optimizer's
+# threads under offload).
+set -u
+OUT=${1:?output directory}
+PART=${2:?part: 1, 2 or 3}
+mkdir -p "$OUT"
+{ nvidia-smi --query-gpu=name,driver_version,memory.total,power.limit --format=csv
+  python -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'nccl', torch.cuda.nccl.version())"
+  python -c "import deepspeed; print('deepspeed', deepspeed.__version__)"
+  nproc
+} > "$OUT/system-$PART.txt" 2>&1
+run() {
+  name=$1; n=$2; script=$3; shift 3
+  devices=0; [ "$n" = 2 ] && devices=0,1
+  CUDA_VISIBLE_DEVICES=$devices torchrun --standalone --nproc-per-node "$n" "presets/workloads/$script" \
+    --steps 8 --json-out "$OUT/$name.json" "$@" > "$OUT/$name.log" 2>&1
+  echo "$name rc=$? $(grep -o '"median_step_s": [0-9.]*' "$OUT/$name.json" 2>/dev/null)"
+}
+rows() {
+  # name                                  gpus script           options
+  if [ "$PART" = 1 ]; then
+  run dp2-z2-llama3.2-1b-s2048-mb2            2 deepspeed_gpt.py --model llama3.2-1b --zero 2 --micro-batch 2
+  run dp2-z1-llama3.2-1b-s2048-mb2            2 deepspeed_gpt.py --model llama3.2-1b --zero 1 --micro-batch 2
+  run dp2-z3-llama3.2-1b-s2048-mb2            2 deepspeed_gpt.py --model llama3.2-1b --zero 3 --micro-batch 2
+  run dp2-z2-llama3.2-3b-s4096-mb1-ac         2 deepspeed_gpt.py --model llama3.2-3b --zero 2 --seq 4096 --ac full
+  run dp2-z3-llama3.2-3b-s2048-mb2-ac         2 deepspeed_gpt.py --model llama3.2-3b --zero 3 --micro-batch 2 --ac full
+  run dp2-z3-llama3-8b-l8-s4096-mb1-ac        2 deepspeed_gpt.py --model llama3-8b --layers 8 --zero 3 --seq 4096 --ac full
+  elif [ "$PART" = 3 ]; then
+  run pp2-z1-llama3.2-3b-s2048-mb1-ga8        2 deepspeed_gpt.py --model llama3.2-3b --pp 2 --zero 1 --grad-accum 8
+  run pp2-z1-llama3.2-1b-s2048-mb2-ga8-ac     2 deepspeed_gpt.py --model llama3.2-1b --pp 2 --zero 1 --micro-batch 2 --grad-accum 8 --ac full
+  else
+  run dp2-z1-resnet50-b128                    2 deepspeed_resnet.py --batch 128 --zero 1
+  run dp2-z2-llama3.2-1b-s2048-mb1-ga4-fp16   2 deepspeed_gpt.py --model llama3.2-1b --zero 2 --grad-accum 4 --precision fp16
+  run g1-z2-llama3.2-1b-s2048-mb2             1 deepspeed_gpt.py --model llama3.2-1b --zero 2 --micro-batch 2
+  run g1-z3-llama3.2-1b-s2048-mb2-ac          1 deepspeed_gpt.py --model llama3.2-1b --zero 3 --micro-batch 2 --ac full
+  run g1-z1-resnet50-b128                     1 deepspeed_resnet.py --batch 128 --zero 1
+  run dp2-z2-llama3.2-1b-s2048-mb2-offload    2 deepspeed_gpt.py --model llama3.2-1b --zero 2 --micro-batch 2 --offload-optimizer cpu
+  run g1-z2-llama3.2-1b-s2048-mb2-offload     1 deepspeed_gpt.py --model llama3.2-1b --zero 2 --micro-batch 2 --offload-optimizer cpu
+  fi
+}
+rows

@@ -1,0 +1,128 @@
+"""Host compute on tensors that hold no data: what an op on large host tensors costs the rank's CPU.
+
+A rank's host tensors are fake like its device tensors (ZeRO-Offload keeps the fp32 master weights, gradients and
+optimizer state there). An aten op on them does no work in the simulation; on a real host it streams the tensors
+through memory. Such an op (every tensor on the host, at least `MIN_BYTES` touched) charges the rank's CPU clock
+the bytes it reads and writes (its distinct tensor arguments read, its results written) over the host preset's rate for its kind
+of op at the rank's thread count (`[host]` of the cluster preset, tables of [threads, GB/s] measured on a real host
+with groundtruth/deepspeed/host_ops_bench.py and cpu_adam_bench.py, interpolated linearly and flat past their ends):
+
+- `copy_gbps`: copies and casts (`copy_`, `_to_copy`, `clone`, `cat`...);
+- `reduction_gbps`: reductions (`norm`, `sum`, `max`...; PyTorch runs a whole-tensor norm on one thread);
+- `elementwise_gbps`: every other op (`mul_`, `add_`, `addcdiv_`...);
+- `cpu_adam_gbps`: DeepSpeed's CPU optimizers (standins/deepspeed.py).
+
+A copy between host and device that converts the dtype on the host is charged at `copy_gbps` too (interceptor).
+The threads are `OMP_NUM_THREADS` when set (torchrun and `phantora run` set 1 for several processes per node), else
+the preset's `cpu_cores`. Ranks sharing a host do not slow each other here (two single-threaded processes measured
+within 10% of one alone). Smaller host ops cost only their dispatch (docs/host-cpu.md).
+"""
+
+from __future__ import annotations
+
+import os
+
+from .errors import StubConfigError
+
+MIN_BYTES = 1 << 20
+ENV_RATES = "PHANTORA_HOST_MEMORY_GBPS"     # "copy=1:11.1,4:37.5;elementwise=...;..." from the launcher
+ENV_CORES = "PHANTORA_HOST_CPU_CORES"
+KINDS = ("copy", "elementwise", "reduction", "cpu_adam")
+
+_COPY_OPS = frozenset({"copy_", "_to_copy", "clone", "cat", "stack", "contiguous", "_copy_from", "fill_", "zero_",
+                       "zeros_like", "ones_like", "full_like", "index_select", "gather", "flatten_dense_tensors"})
+_REDUCTION_OPS = frozenset({"norm", "linalg_vector_norm", "sum", "mean", "max", "min", "amax", "amin", "prod",
+                            "_foreach_norm", "all", "any", "isinf", "isnan", "isfinite", "dot", "vdot"})
+
+
+def kind_of(op_name: str) -> str:
+    if op_name in _COPY_OPS:
+        return "copy"
+    if op_name in _REDUCTION_OPS:
+        return "reduction"
+    return "elementwise"
+
+
+def parse_rates(text: str) -> dict[str, list[tuple[float, float]]]:
+    rates = {}
+    try:
+        for section in text.split(";"):
+            name, points_text = section.split("=")
+            points = []
+            for part in points_text.split(","):
+                t, g = part.split(":")
+                points.append((float(t), float(g)))
+            rates[name.strip()] = points
+    except ValueError:
+        rates = {}
+    ok = set(rates) == set(KINDS) and all(
+        points and all(t > 0 and g > 0 for t, g in points) and all(b[0] > a[0] for a, b in zip(points, points[1:]))
+        for points in rates.values())
+    if not ok:
+        raise StubConfigError(f"environment variable {ENV_RATES}={text!r}: expected "
+                              f"{';'.join(k + '=threads:GB/s,...' for k in KINDS)} with positive, increasing "
+                              "thread counts")
+    return rates
+
+
+def interpolate(points, x: float) -> float:
+    if x <= points[0][0]:
+        return points[0][1]
+    for (x0, y0), (x1, y1) in zip(points, points[1:]):
+        if x <= x1:
+            return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+    return points[-1][1]
+
+
+class HostMemory:
+    """The rank's host memory rates (bytes/s) by kind of op, at its thread count."""
+
+    def __init__(self, environ=os.environ):
+        raw = environ.get(ENV_RATES)
+        cores = environ.get(ENV_CORES)
+        if not raw or not cores:
+            from phantora.cluster import HostSpec, host_rates_env
+            raw = raw or host_rates_env(HostSpec())
+            cores = cores or str(HostSpec().cpu_cores)
+        rates = parse_rates(raw)
+        threads = environ.get("OMP_NUM_THREADS") or cores
+        try:
+            self.threads = max(1, int(threads))
+        except ValueError:
+            raise StubConfigError(f"OMP_NUM_THREADS / {ENV_CORES}: {threads!r} is not an integer") from None
+        self.bytes_per_s = {k: interpolate(points, self.threads) * 1e9 for k, points in rates.items()}
+
+    def seconds(self, nbytes: float, kind: str) -> float:
+        return nbytes / self.bytes_per_s[kind]
+
+
+_MEMORY: HostMemory | None = None
+
+
+def memory() -> HostMemory:
+    global _MEMORY
+    if _MEMORY is None:
+        _MEMORY = HostMemory()
+    return _MEMORY
+
+
+_WRITE_ONLY = frozenset({"copy_", "fill_", "zero_", "_copy_from"})   # the first argument is written, not read
+
+
+def op_bytes(name: str, inputs, outputs) -> int:
+    """Bytes an op on fake host tensors streams: its distinct tensor arguments read (not the destination of a copy
+    or fill) and its results written (an in-place op reads and writes its tensor); 0 if any tensor is on a device,
+    or holds real data."""
+    from torch._subclasses.fake_tensor import FakeTensor
+    if name in _WRITE_ONLY:
+        inputs = inputs[1:]
+    total = 0
+    for group in (inputs, outputs):
+        seen = set()
+        for t in group:
+            if not isinstance(t, FakeTensor) or t.device.type != "cpu":
+                return 0
+            if id(t) not in seen:
+                seen.add(id(t))
+                total += t.numel() * t.element_size()
+    return total

@@ -1,0 +1,155 @@
+"""Stand-ins for DeepSpeed's compiled ops, so that DeepSpeed's default choices run in a simulated rank.
+
+On a GPU machine DeepSpeed compiles its CUDA and C++ extensions on first use (`OpBuilder.load()`: FusedAdam,
+FusedLamb, the CPU optimizers of ZeRO-Offload). A rank has no CUDA toolkit, and a compiled kernel would
+run on tensors that hold no data, so `install()` (run once `deepspeed.ops.op_builder.builder` is imported; standins/__init__.py) makes
+`OpBuilder.load()` return a stand-in module for the ops below. Each stand-in issues the torch ops that read and write
+the same tensors as the kernel it replaces, so the cost model costs the same memory traffic:
+
+| op (builder name) | DeepSpeed kernel | stand-in |
+|---|---|---|
+| fused_adam | `multi_tensor_adam` (g, p, m, v read; p, m, v written) | `torch._fused_adam_` / `torch._fused_adamw_` |
+| fused_lamb | `lamb` (Adam's update plus the norms of p and of the update) | `torch._fused_adamw_` and `torch._foreach_norm` |
+| cpu_adam, cpu_adagrad, cpu_lion | AVX loops over fp32 host tensors | host time from the host preset (`cpu_adam_gbps`) |
+
+The CPU optimizers' tensors are fake host tensors; their step is charged to the rank's host clock: the bytes the loop
+moves over the host preset's `cpu_adam_gbps` at the rank's threads (host_compute.py, docs/deepspeed.md). Any other compiled op fails with an
+error naming it, rather than compiling.
+"""
+
+from __future__ import annotations
+
+import types
+from typing import Any
+
+# bytes each optimizer's host loop reads and writes per fp32 element: Adam p, g, m, v read and p, m, v written
+# (7 x 4); Adagrad p, g, v read and p, v written (5 x 4); Lion p, g, m read and p, m written (5 x 4).
+# FusedLion (GPU) has no stand-in: torch has no fused kernel of its traffic that runs on fake tensors.
+HOST_BYTES_PER_ELEMENT = {"adam": 28, "adagrad": 20, "lion": 20}
+
+
+def _step_tensor(ref, cache: dict):
+    key = ref.device
+    t = cache.get(key)
+    if t is None:
+        import torch
+        t = cache[key] = torch.zeros((), dtype=torch.float32, device=ref.device)
+    return t
+
+
+def _fused_adam_module() -> types.ModuleType:
+    import torch
+    mod = types.ModuleType("phantora_fused_adam")
+    steps: dict = {}
+
+    def multi_tensor_adam(chunk_size, noop_flag, tensor_lists, lr, beta1, beta2, eps, step, adam_w_mode,
+                          bias_correction, weight_decay):
+        g, p, m, v = tensor_lists
+        if not p:
+            return
+        fn = torch._fused_adamw_ if adam_w_mode else torch._fused_adam_
+        fn(list(p), list(g), list(m), list(v), [], [_step_tensor(p[0], steps)] * len(p), lr=float(lr),
+           beta1=float(beta1), beta2=float(beta2), weight_decay=float(weight_decay), eps=float(eps),
+           amsgrad=False, maximize=False)
+
+    mod.multi_tensor_adam = multi_tensor_adam
+    return mod
+
+
+def _fused_lamb_module() -> types.ModuleType:
+    import torch
+    mod = types.ModuleType("phantora_fused_lamb")
+    steps: dict = {}
+
+    def lamb(p, p_copy, m, v, g, lr, beta1, beta2, max_coeff, min_coeff, eps, grad_scale, step, eps_mode,
+             bias_correction, decay):
+        torch._fused_adamw_([p], [g], [m], [v], [], [_step_tensor(p, steps)], lr=float(lr), beta1=float(beta1),
+                            beta2=float(beta2), weight_decay=float(decay), eps=float(eps), amsgrad=False,
+                            maximize=False)
+        norms = torch._foreach_norm([p, m])
+        return norms[0] / norms[1]          # the trust ratio, a device scalar as the kernel returns
+
+    mod.lamb = lamb
+    return mod
+
+
+def _cpu_optimizer_module(kind: str) -> types.ModuleType:
+    """create_*/destroy_* bookkeeping and an update that charges the host time of the loop over the elements."""
+    from .. import clock, host_compute
+    mod = types.ModuleType(f"phantora_cpu_{kind}")
+    per_element = HOST_BYTES_PER_ELEMENT[kind]
+    memory = host_compute.memory()
+
+    def update(opt_id, step, *rest):
+        params = rest[-4] if kind == "adam" else rest[-3]
+        clock.host_work(memory.seconds(per_element * params.numel(), "cpu_adam"))
+        return 0
+
+    def noop(*args, **kwargs):
+        return 0
+
+    setattr(mod, f"create_{kind}", noop)
+    setattr(mod, f"destroy_{kind}", noop)
+    setattr(mod, f"{kind}_update", update)
+    setattr(mod, f"{kind}_rollback", update)
+    return mod
+
+
+STAND_INS = {
+    "fused_adam": _fused_adam_module,
+    "fused_lamb": _fused_lamb_module,
+    "cpu_adam": lambda: _cpu_optimizer_module("adam"),
+    "cpu_adagrad": lambda: _cpu_optimizer_module("adagrad"),
+    "cpu_lion": lambda: _cpu_optimizer_module("lion"),
+}
+
+
+class NoStandIn(RuntimeError):
+    pass
+
+
+def install(builder_module: Any) -> None:
+    """Make `OpBuilder.load()` answer with the stand-ins (idempotent)."""
+    op_builder = builder_module.OpBuilder
+    if getattr(op_builder.load, "_phantora", False):
+        return
+    loaded: dict[str, types.ModuleType] = {}
+
+    def load(self, verbose=False):
+        name = self.name
+        mod = loaded.get(name)
+        if mod is None:
+            factory = STAND_INS.get(name)
+            if factory is None:
+                raise NoStandIn(
+                    f"DeepSpeed op '{name}' ({type(self).__name__}) is a compiled extension that Phantora does not "
+                    f"simulate (stand-ins: {', '.join(sorted(STAND_INS))}); see docs/deepspeed.md")
+            mod = loaded[name] = factory()
+        return mod
+
+    def is_compatible(self, verbose=False):
+        return self.name in STAND_INS
+
+    load._phantora = True
+    op_builder.load = load
+    op_builder.jit_load = lambda self, verbose=True: load(self, verbose)
+    op_builder.is_compatible = is_compatible
+    for sub in _subclasses(op_builder):
+        for attr in ("load", "jit_load", "is_compatible"):
+            if attr in vars(sub):
+                setattr(sub, attr, getattr(op_builder, attr))
+
+
+def install_engine(engine_module: Any) -> None:
+    """One iteration mark per optimizer step of the engine (`DeepSpeedEngine._take_model_step`), whatever the
+    number of inner optimizer steps ZeRO takes (one per parameter sub-group)."""
+    from ..fake import iteration_step
+    engine = engine_module.DeepSpeedEngine
+    if not getattr(engine._take_model_step, "_phantora", False):
+        engine._take_model_step = iteration_step(engine._take_model_step)
+
+
+def _subclasses(cls):
+    for sub in cls.__subclasses__():
+        yield sub
+        yield from _subclasses(sub)

@@ -1,0 +1,24 @@
+"""For tests/test_live_run.py: time ops on large host tensors (fake under simulation) with the virtual clock and
+print one JSON line: the elapsed time of an in-place multiply, a cast copy and a norm over N fp32 elements, and of
+an upload to the device that casts fp32 to bf16."""
+import json
+import time
+
+import torch
+
+n = 100_000_000
+x = torch.empty(n)
+y = torch.empty(n, dtype=torch.bfloat16)
+t0 = time.perf_counter()
+x.mul_(2.0)
+t1 = time.perf_counter()
+y.copy_(x)
+t2 = time.perf_counter()
+torch.linalg.vector_norm(x)
+t3 = time.perf_counter()
+d = torch.empty(n, dtype=torch.bfloat16, device="cuda")
+t4 = time.perf_counter()
+d.copy_(x, non_blocking=True)         # an upload that casts: PyTorch converts on the host first
+t5 = time.perf_counter()
+print("RESULT " + json.dumps({"n": n, "mul_s": t1 - t0, "copy_s": t2 - t1, "norm_s": t3 - t2, "h2d_cast_s": t5 - t4,
+                              "threads": torch.get_num_threads()}), flush=True)

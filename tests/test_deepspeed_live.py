@@ -1,0 +1,118 @@
+"""DeepSpeed 0.19.8 run unmodified under `phantora run` (presets/workloads/deepspeed_gpt.py, its default optimizer
+choice: FusedAdam, stood in for in the ranks).
+
+Checks, against the framework's behaviour and the physics of the kernels rather than recorded numbers:
+- ZeRO-3 over 2 ranks with small parameter sub-groups (several inner optimizer steps per engine step): one
+  iteration per engine step; each rank's Adam traffic per step is FusedAdam's, 28 bytes per element of its fp32
+  partition (p, g, m, v read; p, m, v written); the gradients are reduce-scattered once per step in bf16, 2 bytes per
+  parameter; the workload's own step times are the simulated iteration times;
+- ZeRO-Offload's CPU Adam costs host time at the host preset's rate: halving `host.cpu_adam_gbps` adds exactly the
+  bytes the loop moves (28 per element of the partition) over the halved rate to every step;
+- the model x framework table's DeepSpeed recipes parse.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from phantora.trace.reader import TraceReader
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("deepspeed") is None,
+                                reason="deepspeed is not installed (pip install phantora[deepspeed])")
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "presets" / "workloads" / "deepspeed_gpt.py"
+MODEL = "llama-tiny"
+
+
+def phantora_run(tmp: Path, gpus: int, *args: str, cache: Path, run_args: tuple[str, ...] = (),
+                 model: str = MODEL, env_extra: dict | None = None) -> tuple[Path, dict]:
+    env = dict(os.environ)
+    env.pop("PYTHONPATH", None)
+    env["XDG_CACHE_HOME"] = str(cache)
+    env.update(env_extra or {})
+    trace = tmp / "t.h5"
+    summary = tmp / "summary.json"
+    proc = subprocess.run([sys.executable, "-m", "phantora.cli", "run", "--cluster", "h100-hgx", "--gpus-per-node",
+                           str(gpus), "--overwrite", "--trace", str(trace), *run_args, "--", "python", str(SCRIPT),
+                           "--model", model, "--json-out", str(summary), *args],
+                          capture_output=True, text=True, timeout=900, cwd=str(tmp), env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    return trace, json.loads(summary.read_text())
+
+
+def window_ops(trace: TraceReader, rank: int, lo: float, hi: float, name: str) -> np.ndarray:
+    names = trace.names
+    ops = trace.ops(rank)
+    sel = ops[(ops["issue"] >= lo) & (ops["issue"] < hi)]
+    return sel[[names[i] == name for i in sel["name"]]]
+
+
+def test_zero3_fused_adam_traffic_gradient_reduction_and_iterations(tmp_path, stub_cache):
+    config = tmp_path / "ds.json"
+    config.write_text(json.dumps({"zero_optimization": {"sub_group_size": 100000}}))
+    steps = 3
+    path, summary = phantora_run(tmp_path, 2, "--zero", "3", "--seq", "256", "--steps", str(steps),
+                                 "--ds-config", str(config), cache=stub_cache)
+    params = summary["params"]
+    assert summary["config"]["optimizer"] == "FusedAdam"       # DeepSpeed's default, not torch's
+    with TraceReader(path) as t:
+        assert t.meta["complete_simulation"] is True
+        for r in t.ranks:
+            its = t.iterations(r)
+            assert len(its) == steps                            # one per engine step, not per sub-group
+            adam = window_ops(t, r, its[0], its[1], "aten._fused_adamw_.default")
+            assert len(adam) >= 2                               # several sub-groups stepped
+            partition = -(-params // 2)
+            assert 28 * partition <= adam["nbytes"].sum() <= 28 * partition * 1.01
+            rs = window_ops(t, r, its[0], its[1], "reduce_scatter")
+            assert 2 * params <= rs["nbytes"].sum() <= 2 * params * 1.05
+        sim = np.diff(t.iterations(0))
+    assert abs(summary["step_times_s"][-1] - sim[-1]) <= 0.02 * sim[-1]
+
+
+def test_pipeline_engine_sends_each_micro_batch_activation_and_gradient_once(tmp_path, stub_cache):
+    """DeepSpeed's PipelineEngine over 2 stages: its metadata (shapes sent as small integer tensors before the first
+    activation) reaches the next stage, and in a later step each stage sends, per micro-batch, exactly one bf16
+    activation (forward) or its gradient (backward) of micro_batch x seq x dim elements."""
+    import tomllib
+    accum, seq, micro = 4, 256, 2
+    path, summary = phantora_run(tmp_path, 2, "--pp", "2", "--zero", "1", "--seq", str(seq), "--micro-batch",
+                                 str(micro), "--grad-accum", str(accum), "--steps", "3", cache=stub_cache)
+    dim = tomllib.loads((ROOT / "presets" / "models" / f"{MODEL}.toml").read_text())["dim"]
+    with TraceReader(path) as t:
+        assert t.meta["complete_simulation"] is True
+        for r in t.ranks:
+            its = t.iterations(r)
+            assert len(its) == 3
+            sends = window_ops(t, r, its[0], its[1], "send")
+            assert sends["nbytes"].sum() == accum * micro * seq * dim * 2, (r, sends["nbytes"])
+    assert summary["config"]["pp"] == 2 and len(summary["step_times_s"]) == 3
+
+
+def test_offloaded_cpu_adam_costs_its_bytes_at_the_host_rate(tmp_path, stub_cache):
+    # a wide one-layer model: the CPU Adam step dominates and the partition is large
+    model = tmp_path / "wide.toml"
+    model.write_text('name = "wide"\ndim = 2048\nn_layers = 1\nn_heads = 16\nn_kv_heads = 8\nvocab_size = 32768\n'
+                     'ffn_dim = 8192\nrope_theta = 500000.0\nnorm_eps = 1e-5\n')
+    args = ("--zero", "2", "--seq", "128", "--steps", "3", "--offload-optimizer", "cpu")
+    rate = 24.3
+    times = {}
+    for gbps in (rate, rate / 2):
+        run = tmp_path / str(gbps)
+        run.mkdir()
+        _, summary = phantora_run(run, 1, *args, cache=stub_cache, model=str(model),
+                                  run_args=("--set", f"host.cpu_adam_gbps=[[1, {gbps}], [16, {gbps}]]"),
+                                  env_extra={"OMP_NUM_THREADS": "1"})
+        times[gbps] = summary["step_times_s"][-1]
+        params = summary["params"]
+    extra = 28 * params / (rate / 2 * 1e9) - 28 * params / (rate * 1e9)
+    assert abs((times[rate / 2] - times[rate]) - extra) <= 0.01 * extra, (times, extra)

@@ -1,0 +1,53 @@
+"""The model x framework table's recipes whose training script is a workload of presets/workloads/ (Megatron-core,
+DeepSpeed): every supported row's flags parse with that script, its model preset loads, and the layout the flags
+describe is one the framework accepts."""
+
+from __future__ import annotations
+
+import importlib.util
+import shlex
+import sys
+from pathlib import Path
+
+import pytest
+
+from phantora.frameworks import load_framework
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def load_script(path: Path):
+    spec = importlib.util.spec_from_file_location(f"{path.stem}_workload", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    try:
+        spec.loader.exec_module(mod)
+    finally:
+        del sys.modules[spec.name]
+    return mod
+
+
+def megatron_layout(mod, args, a) -> None:
+    world = args.tp * args.pp * 2
+    assert mod.check_layout(args, a, world) == 2
+
+
+def deepspeed_layout(mod, args, a) -> None:
+    assert mod.ds_config(args, 8)["zero_optimization"]["stage"] == args.zero
+
+
+@pytest.mark.parametrize("framework, script, layout", [
+    ("megatron", "megatron_gpt.py", megatron_layout),
+    ("deepspeed", "deepspeed_gpt.py", deepspeed_layout),
+])
+def test_every_recipe_of_the_framework_preset_is_accepted_by_the_workload(framework, script, layout):
+    if importlib.util.find_spec({"megatron": "megatron", "deepspeed": "deepspeed"}[framework]) is None:
+        pytest.skip(f"{framework} is not installed")
+    mod = load_script(ROOT / "presets" / "workloads" / script)
+    rows = [(name, r) for name, r in load_framework(framework).models.items() if r.supported]
+    assert rows
+    for name, r in rows:
+        assert r.module == f"presets/workloads/{script}"
+        args = mod.parse_args(["--model", name, *shlex.split(r.config)])
+        a = mod.load_model_args(args.model, args.layers, dense_only=True)
+        layout(mod, args, a)
