@@ -92,6 +92,23 @@ def test_ops_on_large_host_tensors_cost_their_bytes_at_the_host_rates():
         assert want <= res[key] <= want * 1.01 + 50e-6, (key, res[key], want)
 
 
+def test_local_rank_argument_and_deepspeed_launcher_variables():
+    """--local-rank-arg passes --local_rank=N (N = the rank's GPU on its node) after the script, before the script's
+    own arguments, and every rank gets the deepspeed launcher's LOCAL_SIZE / CROSS_RANK / CROSS_SIZE."""
+    nodes, gpn = 2, 2
+    proc = phantora_run("--nodes", str(nodes), "--gpus-per-node", str(gpn), "--no-trace", "--local-rank-arg", "--",
+                        "python", str(SCRIPTS / "local_rank_arg.py"), "--tag", "x")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = sorted(results(proc.stdout), key=lambda r: int(r["RANK"]))
+    assert len(res) == nodes * gpn
+    for r in res:
+        rank = int(r["RANK"])
+        assert r["local_rank"] == rank % gpn == int(r["LOCAL_RANK"]) and r["tag"] == "x"
+        assert (r["LOCAL_SIZE"], r["CROSS_RANK"], r["CROSS_SIZE"]) == (str(gpn), str(rank // gpn), str(nodes))
+    without = phantora_run("--gpus-per-node", "1", "--no-trace", "--", "python", str(SCRIPTS / "local_rank_arg.py"))
+    assert without.returncode != 0 and "--local_rank" in without.stdout + without.stderr
+
+
 def test_mirrored_ranks_contribute_their_representatives_values():
     world, listed = 4, [0, 2]
     proc = phantora_run("--gpus-per-node", str(world), "--ranks", "0,2", "--no-trace", "--", "python",

@@ -170,6 +170,9 @@ def _check_program_start(program: list[str]) -> None:
                    "'measured' takes this machine's thread CPU time (for simulating on a real training host; "
                    "docs/host-cpu.md).")
 @click.option("--quiet", is_flag=True, help="Do not relay the ranks' output.")
+@click.option("--local-rank-arg", is_flag=True,
+              help="Pass --local_rank=N to each rank after its script, as the deepspeed launcher and "
+                   "torch.distributed.launch do (for scripts that require the argument).")
 @click.option("--force-ranks", is_flag=True,
               help="Start the rank processes even when they are far more than this machine holds.")
 @click.option("--nproc-per-node", "--nproc_per_node", "nproc_per_node", default=None, metavar="G",
@@ -186,11 +189,12 @@ def _check_program_start(program: list[str]) -> None:
 @click.argument("program", nargs=-1, type=click.UNPROCESSED, required=True)
 def run_cmd(cluster, nodes, gpus_per_node, gpu, overrides, ranks, pp_degree, trace, no_trace, summary_json,
             tokens_per_iteration, model, seq, hang_timeout, algo, proto, torch_cuda, sdpa, profile, quiet,
-            program, force_ranks=False, host_cpu="model", overwrite=False, **torchrun):
+            program, force_ranks=False, host_cpu="model", overwrite=False, local_rank_arg=False, **torchrun):
     """Run an unmodified PyTorch program on a virtual cluster (a drop-in for torchrun).
 
     Every rank gets RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT as torchrun sets
-    them; its output is prefixed with [rankN]. The run ends with a summary and an HDF5 trace for replay.
+    them (and LOCAL_SIZE, CROSS_RANK, CROSS_SIZE as the deepspeed launcher does; --local-rank-arg passes
+    --local_rank=N too); its output is prefixed with [rankN]. The run ends with a summary and an HDF5 trace for replay.
     torchrun's --nproc-per-node and --nnodes are taken as --gpus-per-node and --nodes; --standalone,
     --node-rank 0, --master-addr/--master-port and --rdzv-* are accepted and ignored (one launcher simulates
     every node). SIGINT, SIGTERM and SIGHUP stop the ranks, close the trace and exit with 128 + the signal.
@@ -230,6 +234,7 @@ def run_cmd(cluster, nodes, gpus_per_node, gpu, overrides, ranks, pp_degree, tra
         opts = RunOptions(program=list(program), spec=spec, plan=plan, trace=trace_path, overwrite=overwrite,
                           tokens_per_iteration=tokens_per_iteration, flops_per_token=flops_per_token,
                           hang_timeout_s=hang_timeout, algo=algo, proto=proto, quiet_ranks=quiet, host_cpu=host_cpu,
+                          local_rank_arg=local_rank_arg,
                           env={"PHANTORA_PROFILE": str(Path(profile).resolve())} if profile else {})
     except PhantoraError as exc:
         raise click.ClickException(str(exc)) from None

@@ -110,6 +110,7 @@ class RunOptions:
     proto: str | None = None
     quiet_ranks: bool = False                   # do not relay the ranks' output (tests, benchmarks)
     host_cpu: str = hostcpu.DEFAULT_MODE        # model | measured (phantora/hostcpu.py)
+    local_rank_arg: bool = False                # pass --local_rank=N to each rank (the deepspeed launcher's way)
     out: IO[str] = field(default_factory=lambda: sys.stdout)
     err: IO[str] = field(default_factory=lambda: sys.stderr)
 
@@ -127,6 +128,26 @@ def program_argv(program: list[str]) -> list[str]:
 
 
 _PYTHON_OPTS_WITH_VALUE = ("-W", "-X", "-Q")
+
+
+def with_local_rank(argv: list[str], local_rank: int) -> list[str]:
+    """`argv` with `--local_rank=N` right after the script or module, where the deepspeed launcher (and
+    torch.distributed.launch) put it; at the end for any other program."""
+    arg = f"--local_rank={local_rank}"
+    if argv[0] == sys.executable:
+        i = 1
+        while i < len(argv):
+            a = argv[i]
+            if a == "-m":
+                return argv[:i + 2] + [arg] + argv[i + 2:]
+            if a in _PYTHON_OPTS_WITH_VALUE:
+                i += 2
+                continue
+            if a.startswith("-"):
+                i += 1
+                continue
+            return argv[:i + 1] + [arg] + argv[i + 1:]
+    return argv + [arg]
 
 
 def check_program(argv: list[str], cwd: str | None = None, env: dict[str, str] | None = None) -> None:
@@ -207,6 +228,8 @@ def rank_environment(opts: RunOptions, server: EngineServer, rank: int, port: in
         "ROLE_RANK": str(rank), "ROLE_WORLD_SIZE": str(spec.world_size), "ROLE_NAME": "default",
         "GROUP_WORLD_SIZE": str(spec.nodes), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
         "TORCHELASTIC_RESTART_COUNT": "0", "TORCHELASTIC_MAX_RESTARTS": "0", "TORCHELASTIC_RUN_ID": "phantora",
+        # what the deepspeed launcher sets besides
+        "LOCAL_SIZE": str(min(gpn, spec.world_size)), "CROSS_RANK": str(rank // gpn), "CROSS_SIZE": str(spec.nodes),
     })
     if "OMP_NUM_THREADS" not in env and gpn > 1:
         env["OMP_NUM_THREADS"] = "1"        # as torchrun sets it for several processes per node
@@ -317,7 +340,8 @@ def _run_ranks(opts: RunOptions, argv: list[str], sig: _Signals, progress: Calla
             if sig.signum is not None:
                 break
             try:
-                p = subprocess.Popen(argv, env=rank_environment(opts, server, r, port, epoch), cwd=opts.cwd,
+                rank_argv = with_local_rank(argv, r % opts.spec.gpus_per_node) if opts.local_rank_arg else argv
+                p = subprocess.Popen(rank_argv, env=rank_environment(opts, server, r, port, epoch), cwd=opts.cwd,
                                      stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      start_new_session=True)
             except OSError as exc:
