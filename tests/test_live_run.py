@@ -92,6 +92,17 @@ def test_ops_on_large_host_tensors_cost_their_bytes_at_the_host_rates():
         assert want <= res[key] <= want * 1.01 + 50e-6, (key, res[key], want)
 
 
+def test_batch_norm_dtype_mixes_fail_where_a_gpu_fails():
+    """groundtruth/deepspeed/bn_dtypes.py prints, per BatchNorm dtype mix, what forward and backward do; under
+    simulation it prints what it printed on an H200 (h200x2/bn_dtypes.txt), errors included."""
+    gt = ROOT / "groundtruth" / "deepspeed"
+    proc = phantora_run("--gpus-per-node", "1", "--no-trace", "--", "python", str(gt / "bn_dtypes.py"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    simulated = ["CASE" + line.split("CASE", 1)[1] for line in proc.stdout.splitlines() if "CASE " in line]
+    measured = [line for line in (gt / "h200x2" / "bn_dtypes.txt").read_text().splitlines() if line.startswith("CASE")]
+    assert simulated == measured
+
+
 def test_local_rank_argument_and_deepspeed_launcher_variables():
     """--local-rank-arg passes --local_rank=N (N = the rank's GPU on its node) after the script, before the script's
     own arguments, and every rank gets the deepspeed launcher's LOCAL_SIZE / CROSS_RANK / CROSS_SIZE."""

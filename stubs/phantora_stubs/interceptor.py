@@ -3,7 +3,8 @@
 For each op it
 - measures the framework CPU time since the previous op (`clock.METER`, thread CPU time read on entry and exit,
   so its own work and the fake-tensor computation it triggers are excluded) and puts it into `Op.cpu_delta`;
-- runs the op under the fake mode (shapes, dtypes, devices; no data);
+- runs the op under the fake mode (shapes, dtypes, devices; no data), after the checks the CUDA kernel makes and its
+  meta kernel does not (cuda_checks.py);
 - emits nothing for views and metadata ops and for ops on host tensors only; an op on large fake host tensors
   charges their memory traffic to the rank's CPU clock (host_compute.py);
 - accounts the memory of new output storages (memtrack: OpKind.ALLOC / FREE, OOM as torch.OutOfMemoryError);
@@ -40,7 +41,7 @@ from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.weak import WeakIdKeyDictionary
 
-from . import comm, host_compute
+from . import comm, cuda_checks, host_compute
 from .clock import METER
 from .clock import REAL as _REAL_CLOCKS
 from .errors import UnsupportedOpError, user_location
@@ -269,6 +270,9 @@ class Interceptor(TorchDispatchMode):
                           source=c.source, mem=mem))
 
     def _kernel(self, func, args, kwargs):
+        name = _packet_name(func)
+        if name in cuda_checks.CHECKS and _cuda_index(_tensors(args)) is not None:
+            cuda_checks.check(name, args, kwargs)      # what the CUDA kernel refuses, the simulation refuses
         out = self._run(func, args, kwargs)
         outs = _tensors(out)
         device = _cuda_index(outs)
