@@ -79,6 +79,10 @@ def test_nccl_and_cudnn_are_present(surfaces):
     assert answer(res, "cudnn_is_available") is True
     assert answer(res, "cudnn_enabled") is True
     assert answer(res, "cudnn_acceptable") is True                       # an fp32 CUDA tensor
+    # torch.__config__.show() answers as a CUDA build, with the versions torch.version and cudnn report
+    config = answer(res, "config_show")
+    assert f"CUDA Runtime {answer(res, 'version_cuda')}" in config
+    assert "USE_CUDA=ON" in config and f"CuDNN {cudnn // 10000}.{cudnn // 100 % 100}" in config
 
 
 def test_memory_stats_have_every_key_of_the_cuda_caching_allocator(surfaces):

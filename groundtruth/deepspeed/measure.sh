@@ -3,16 +3,17 @@
 # (ResNet-50) under DeepSpeed 0.19.8 with its default optimizer choice (FusedAdam, compiled on first use) on 1 or 2
 # GPUs of one host: ZeRO 1/2/3, activation checkpointing, gradient accumulation, fp16 loss scaling, ZeRO-Offload.
 # Run from the repository root on a host with the GPUs:  bash groundtruth/deepspeed/measure.sh OUT_DIR PART
-# PART 1, 2 and 3 (the pipeline-engine rows) split the rows; each configuration writes OUT_DIR/<name>.json (the
-# workload's SUMMARY) and OUT_DIR/<name>.log. Rows run under torchrun, which sets OMP_NUM_THREADS=1 for 2 processes (the CPU optimizer's
+# PART 1, 2, 3 (the pipeline-engine rows) and 4 (Stable Diffusion UNet, GAT) split the rows; each configuration
+# writes OUT_DIR/<name>.json (the workload's SUMMARY) and OUT_DIR/<name>.log. Rows run under torchrun, which sets OMP_NUM_THREADS=1 for 2 processes (the CPU optimizer's
 # threads under offload).
 set -u
 OUT=${1:?output directory}
-PART=${2:?part: 1, 2 or 3}
+PART=${2:?part: 1, 2, 3 or 4}
 mkdir -p "$OUT"
 { nvidia-smi --query-gpu=name,driver_version,memory.total,power.limit --format=csv
   python -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'nccl', torch.cuda.nccl.version())"
   python -c "import deepspeed; print('deepspeed', deepspeed.__version__)"
+  python -c "import diffusers, torch_geometric; print('diffusers', diffusers.__version__, 'torch_geometric', torch_geometric.__version__)"
   nproc
 } > "$OUT/system-$PART.txt" 2>&1
 run() {
@@ -34,6 +35,11 @@ rows() {
   elif [ "$PART" = 3 ]; then
   run pp2-z1-llama3.2-3b-s2048-mb1-ga8        2 deepspeed_gpt.py --model llama3.2-3b --pp 2 --zero 1 --grad-accum 8
   run pp2-z1-llama3.2-1b-s2048-mb2-ga8-ac     2 deepspeed_gpt.py --model llama3.2-1b --pp 2 --zero 1 --micro-batch 2 --grad-accum 8 --ac full
+  elif [ "$PART" = 4 ]; then
+  run dp2-z1-unet-sd15-b8                     2 deepspeed_unet.py --batch 8 --zero 1
+  run g1-z1-unet-sd15-b8                      1 deepspeed_unet.py --batch 8 --zero 1
+  run dp2-z1-gat-arxiv                        2 deepspeed_gat.py --zero 1
+  run g1-z1-gat-arxiv                         1 deepspeed_gat.py --zero 1
   else
   run dp2-z1-resnet50-b128                    2 deepspeed_resnet.py --batch 128 --zero 1
   run dp2-z2-llama3.2-1b-s2048-mb1-ga4-fp16   2 deepspeed_gpt.py --model llama3.2-1b --zero 2 --grad-accum 4 --precision fp16

@@ -27,7 +27,6 @@ Bad arguments end the run with one line on stderr and exit status 2.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -37,41 +36,12 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 PROG = "deepspeed_gpt"
-sys.path.insert(0, str(Path(__file__).resolve().parent))     # workload_common.py and llama.py
+sys.path.insert(0, str(Path(__file__).resolve().parent))     # workload_common.py, deepspeed_common.py, llama.py
+from deepspeed_common import add_deepspeed_options, check_deepspeed_options, ds_config  # noqa: E402
 from llama import Transformer, count_params  # noqa: E402
 from workload_common import (KERNEL_PROFILE_STEPS, ModelArgs, Parser, UsageError, cuda_main,  # noqa: E402
                              flops_per_token, lm_step_line, lm_summary, load_model_args, peak_tflops_for,
                              start_kernel_profile, write_kernel_profile, write_summary)
-
-
-def add_deepspeed_options(p: argparse.ArgumentParser, default_zero: int = 2) -> None:
-    """The options that build the DeepSpeed config (shared with deepspeed_resnet.py)."""
-    p.add_argument("--zero", type=int, choices=(0, 1, 2, 3), default=default_zero, help="ZeRO stage")
-    p.add_argument("--grad-accum", type=int, default=1, help="gradient accumulation steps")
-    p.add_argument("--precision", choices=("bf16", "fp16"), default="bf16",
-                   help="bf16, or fp16 with dynamic loss scaling")
-    p.add_argument("--offload-optimizer", choices=("none", "cpu"), default="none",
-                   help="ZeRO-Offload: optimizer state and step on the CPU (ZeRO 1-3)")
-    p.add_argument("--torch-adam", action="store_true", help="torch's AdamW instead of DeepSpeed's FusedAdam")
-    p.add_argument("--clip-grad", type=float, default=1.0, help="gradient clipping norm (0 disables)")
-    p.add_argument("--bucket-mb", type=float, default=500.0,
-                   help="ZeRO reduce / all-gather bucket size in millions of elements, as DeepSpeed's default 5e8")
-    p.add_argument("--no-overlap-comm", action="store_true", help="ZeRO overlap_comm off")
-    p.add_argument("--ds-config", default=None, metavar="FILE.json",
-                   help="a DeepSpeed config merged over the one the options build (its keys win)")
-    p.add_argument("--wall-clock-breakdown", action="store_true", help="DeepSpeed's own timers, printed each step")
-    p.add_argument("--lr", type=float, default=3e-4, help="AdamW learning rate")
-    p.add_argument("--seed", type=int, default=1234, help="seed")
-    p.add_argument("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)  # deepspeed launcher
-
-
-def check_deepspeed_options(args: argparse.Namespace) -> None:
-    if args.grad_accum <= 0:
-        raise UsageError("--grad-accum must be positive")
-    if args.bucket_mb <= 0:
-        raise UsageError("--bucket-mb must be positive")
-    if args.offload_optimizer != "none" and args.zero == 0:
-        raise UsageError("--offload-optimizer needs --zero 1, 2 or 3")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -102,49 +72,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     if args.kernel_profile and args.steps < KERNEL_PROFILE_STEPS[-1]:
         raise UsageError("--kernel-profile records steps 3-4: it needs --steps 4 or more")
     return args
-
-
-def ds_config(args, dp: int) -> dict:
-    """The DeepSpeed config of the options for `dp` data-parallel ranks, with --ds-config merged over it (one level
-    deep per section)."""
-    bucket = int(args.bucket_mb * 1e6)
-    zero = {"stage": args.zero, "overlap_comm": not args.no_overlap_comm, "contiguous_gradients": True,
-            "reduce_bucket_size": bucket, "allgather_bucket_size": bucket}
-    if args.zero == 3:
-        zero.update(stage3_prefetch_bucket_size=bucket, stage3_param_persistence_threshold=int(1e5))
-    if args.offload_optimizer != "none":
-        zero["offload_optimizer"] = {"device": args.offload_optimizer, "pin_memory": True}
-    config = {
-        "train_micro_batch_size_per_gpu": args.micro_batch,
-        "gradient_accumulation_steps": args.grad_accum,
-        "train_batch_size": args.micro_batch * args.grad_accum * dp,
-        "optimizer": {"type": "AdamW", "params": {"lr": args.lr, "betas": [0.9, 0.95], "eps": 1e-8,
-                                                   "weight_decay": 0.1, "torch_adam": args.torch_adam}},
-        "zero_optimization": zero,
-        "gradient_clipping": args.clip_grad,
-        "steps_per_print": 10 ** 9,
-        "wall_clock_breakdown": args.wall_clock_breakdown,
-    }
-    if args.precision == "bf16":
-        config["bf16"] = {"enabled": True}
-    else:
-        config["fp16"] = {"enabled": True, "loss_scale": 0, "initial_scale_power": 16}
-    if args.ds_config:
-        path = Path(args.ds_config)
-        try:
-            extra = json.loads(path.read_text())
-        except OSError as e:
-            raise UsageError(f"--ds-config {path}: {e.strerror}") from None
-        except json.JSONDecodeError as e:
-            raise UsageError(f"--ds-config {path}: not valid JSON: {e}") from None
-        if not isinstance(extra, dict):
-            raise UsageError(f"--ds-config {path}: a JSON object is expected")
-        for key, value in extra.items():
-            if isinstance(value, dict) and isinstance(config.get(key), dict):
-                config[key] = {**config[key], **value}
-            else:
-                config[key] = value
-    return config
 
 
 class LlamaLM(nn.Module):

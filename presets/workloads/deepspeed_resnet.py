@@ -8,8 +8,10 @@ non-LLM DeepSpeed workload.
 The network is torchvision's `resnet50()` layer for layer (Bottleneck blocks [3, 4, 6, 3], stride on the 3x3
 convolution, BatchNorm after every convolution, 1000 classes), written out here so that the workload needs no
 torchvision (whose compiled ops must match the torch build). The DeepSpeed config comes from the same options as
-presets/workloads/deepspeed_gpt.py (`--zero`, `--precision`, `--torch-adam`, `--ds-config`...). Rank 0 prints one
-line per step and a final `SUMMARY {json}` line (images per second per GPU in `tps_per_gpu`).
+presets/workloads/deepspeed_gpt.py (deepspeed_common.py: `--zero`, `--precision`, `--torch-adam`, `--ds-config`...).
+The model is cast to the training dtype before `deepspeed.initialize` (DeepSpeed casts parameters, not BatchNorm's
+running statistics, and a GPU refuses the mix in the backward). Rank 0 prints one line per step and a final
+`SUMMARY {json}` line (images per second per GPU in `tps_per_gpu`).
 
 Bad arguments end the run with one line on stderr and exit status 2.
 """
@@ -17,9 +19,7 @@ Bad arguments end the run with one line on stderr and exit status 2.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -28,8 +28,9 @@ import torch.nn.functional as F
 
 PROG = "deepspeed_resnet"
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from deepspeed_gpt import add_deepspeed_options, check_deepspeed_options, ds_config  # noqa: E402
-from workload_common import Parser, UsageError, cuda_main, write_summary  # noqa: E402
+from deepspeed_common import (add_deepspeed_options, check_deepspeed_options, ds_config, run_steps,  # noqa: E402
+                              samples_summary, step_line, workload_main)
+from workload_common import Parser, UsageError, write_summary  # noqa: E402
 
 
 class Bottleneck(nn.Module):
@@ -121,44 +122,25 @@ def train(args, rank: int, local_rank: int, world: int) -> None:
     if log:
         print(f"{PROG}: ResNet-50, world {world}, ZeRO {args.zero}, {args.precision}, batch {args.batch} x "
               f"accumulation {args.grad_accum}, {args.image_size}x{args.image_size}, on {device_name}", flush=True)
-    times, losses = [], []
-    for step in range(1, args.steps + 1):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(args.grad_accum):
-            images = torch.randn(args.batch, 3, args.image_size, args.image_size, device=device,
-                                 generator=generator).to(dtype)
-            labels = torch.randint(0, 1000, (args.batch,), device=device, generator=generator)
-            loss = F.cross_entropy(engine(images).float(), labels)
-            engine.backward(loss)
-            engine.step()
-        torch.cuda.synchronize()
-        dt = time.perf_counter() - t0
-        times.append(dt)
-        losses.append(loss.item())
-        if log:
-            print(f"step {step} loss {losses[-1]:.4f} time_s {dt:.4f} images_per_s_per_gpu "
-                  f"{images_per_step / dt / world:.1f} mem_gib {torch.cuda.max_memory_allocated(device) / 2**30:.2f}",
-                  flush=True)
+    def micro_loss():
+        images = torch.randn(args.batch, 3, args.image_size, args.image_size, device=device,
+                             generator=generator).to(dtype)
+        labels = torch.randint(0, 1000, (args.batch,), device=device, generator=generator)
+        return F.cross_entropy(engine(images).float(), labels)
+
+    times, losses = run_steps(engine, args.steps, args.grad_accum, micro_loss,
+                              step_line("images", images_per_step, world, device) if log else None)
     if log:
-        median = statistics.median(times[1:] if len(times) > 1 else times)
-        summary = {
-            "workload": "deepspeed_resnet", "model": "resnet50", "params": n_params,
-            "images_per_step": images_per_step, "step_times_s": times, "losses": losses, "median_step_s": median,
-            "tps_per_gpu": images_per_step / median / world,
-            "peak_mem_gib": torch.cuda.max_memory_allocated(device) / 2**30, "device_name": device_name,
-            "config": {"world_size": world, "zero": args.zero, "precision": args.precision, "micro_batch": args.batch,
-                       "grad_accum": args.grad_accum, "image_size": args.image_size, "steps": args.steps,
-                       "torch_adam": args.torch_adam, "clip_grad": args.clip_grad,
-                       "offload_optimizer": args.offload_optimizer},
-        }
-        write_summary(summary, args.json_out)
+        write_summary(samples_summary(
+            PROG, "resnet50", images_per_step, times, losses, world, device, params=n_params,
+            config={"world_size": world, "zero": args.zero, "precision": args.precision, "micro_batch": args.batch,
+                    "grad_accum": args.grad_accum, "image_size": args.image_size, "steps": args.steps,
+                    "torch_adam": args.torch_adam, "clip_grad": args.clip_grad,
+                    "offload_optimizer": args.offload_optimizer}), args.json_out)
     torch.distributed.destroy_process_group()
 
 
-def main(argv=None) -> int:
-    return cuda_main(PROG, lambda: parse_args(argv),
-                     lambda args, world, rank, local_rank: train(args, rank, local_rank, world))
+main = workload_main(PROG, parse_args, train)
 
 
 if __name__ == "__main__":

@@ -32,6 +32,22 @@ def _nccl_unsupported(name: str):
     return call
 
 
+def show_config() -> str:
+    """`torch.__config__.show()` as the emulated CUDA build prints it: the CPU-only build's own asks the CUDA hooks
+    for their part and fails ("Cannot query detailed CUDA version without ATen_cuda library"); libraries read it
+    (torch_geometric looks for USE_MKL=OFF)."""
+    import torch
+    major, minor, patch = CUDNN_VERSION // 10000, CUDNN_VERSION // 100 % 100, CUDNN_VERSION % 100
+    capability = torch.backends.cpu.get_cpu_capability()
+    return ("PyTorch built with:\n"
+            f"  - CPU capability usage: {capability}\n"
+            f"  - CUDA Runtime {CUDA_VERSION}\n"
+            f"  - CuDNN {major}.{minor}.{patch}\n"
+            f"  - Build settings: BUILD_TYPE=Release, CUDA_VERSION={CUDA_VERSION}, "
+            f"CUDNN_VERSION={major}.{minor}.{patch}, TORCH_VERSION={torch.__version__.split('+')[0]}, USE_CUDA=ON, "
+            "USE_CUDNN=ON, USE_MKL=ON, USE_MKLDNN=ON, USE_MPI=OFF, USE_NCCL=ON, USE_NNPACK=ON, USE_OPENMP=ON, \n")
+
+
 def _install_versions(ctx) -> None:
     """Versions and availability a CUDA build reports, where the installed torch lacks them."""
     import torch.backends.cuda as backends_cuda
@@ -72,3 +88,4 @@ def _install_versions(ctx) -> None:
     cudnn.version = version
     cudnn.is_available = is_available
     cudnn.is_acceptable = is_acceptable
+    torch._C._show_config = show_config

@@ -3,9 +3,10 @@
 A rank's host tensors are fake like its device tensors (ZeRO-Offload keeps the fp32 master weights, gradients and
 optimizer state there). An aten op on them does no work in the simulation; on a real host it streams the tensors
 through memory. Such an op (every tensor on the host, at least `MIN_BYTES` touched) charges the rank's CPU clock
-the bytes it reads and writes (its distinct tensor arguments read, its results written) over the host preset's rate for its kind
-of op at the rank's thread count (`[host]` of the cluster preset, tables of [threads, GB/s] measured on a real host
-with groundtruth/deepspeed/host_ops_bench.py and cpu_adam_bench.py, interpolated linearly and flat past their ends):
+the bytes it reads and writes (its distinct tensor arguments read, its results written) over the host preset's rate
+for its kind of op at the rank's thread count (`[host]` of the cluster preset, tables of [threads, GB/s] measured on a
+real host with groundtruth/deepspeed/host_ops_bench.py and cpu_adam_bench.py, interpolated linearly and flat past
+their ends):
 
 - `copy_gbps`: copies and casts (`copy_`, `_to_copy`, `clone`, `cat`...);
 - `reduction_gbps`: reductions (`norm`, `sum`, `max`...; PyTorch runs a whole-tensor norm on one thread);

@@ -5,7 +5,8 @@
   presets run through it.
 
 In the ranks, DeepSpeed's compiled ops (FusedAdam, FusedLamb, the CPU optimizers of ZeRO-Offload) are
-answered by stand-ins costed like the kernels they replace (stubs/phantora_stubs/standins/deepspeed.py, docs/deepspeed.md);
+answered by stand-ins costed like the kernels they replace (stubs/phantora_stubs/standins/deepspeed.py,
+docs/deepspeed.md);
 everything else DeepSpeed needs from `torch.cuda` and `torch.distributed` is filled for every framework. The registry
 (phantora/frameworks/__init__.py) reaches this package as `framework_module("deepspeed")`.
 """
