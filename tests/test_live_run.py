@@ -92,6 +92,16 @@ def test_ops_on_large_host_tensors_cost_their_bytes_at_the_host_rates():
         assert want <= res[key] <= want * 1.01 + 50e-6, (key, res[key], want)
 
 
+def test_event_query_is_answered_in_virtual_time():
+    """An event after a collective whose peer joins 1 s later (and late in wall time) is not complete at once, and
+    is after 2 s more: the answer never depends on how far the peer's process has got (ZeRO-3 polls such events)."""
+    proc = phantora_run("--gpus-per-node", "2", "--no-trace", "--", "python", str(SCRIPTS / "event_query.py"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = {r["rank"]: r for r in results(proc.stdout)}
+    assert (res[0]["first"], res[0]["second"]) == (False, True)
+    assert res[1]["second"] is True
+
+
 def test_batch_norm_dtype_mixes_fail_where_a_gpu_fails():
     """groundtruth/deepspeed/bn_dtypes.py prints, per BatchNorm dtype mix, what forward and backward do; under
     simulation it prints what it printed on an H200 (h200x2/bn_dtypes.txt), errors included."""

@@ -243,9 +243,7 @@ class Engine:
                 for r in sorted(self._runnable):
                     self._runnable.discard(r)
                     self._run_rank(self.ranks[r])
-            horizon = INF if not self._open else min(
-                (rs.cpu for rs in self.ranks.values() if rs.waiting is None and not rs.queue and not rs.closed),
-                default=INF)
+            horizon = self.horizon()
             t_start = self._starts[0][0] if self._starts else INF
             t_net = self.net.next_event_time()
             t = min(t_start, t_net)
@@ -267,6 +265,14 @@ class Engine:
                 and not self._starts and self.net.idle:
             raise SimulationError(self._deadlock_report())
         return done
+
+    def horizon(self) -> float:
+        """The virtual time up to which the simulation is settled once `run` returns: the CPU time of the earliest
+        rank that is still computing (not blocked at a host sync, its input consumed, not finished), before which it
+        may still issue work; INF when no rank may issue more."""
+        return INF if not self._open else min(
+            (rs.cpu for rs in self.ranks.values() if rs.waiting is None and not rs.queue and not rs.closed),
+            default=INF)
 
     def _advance(self, t: float) -> None:
         for tag, t_end in self.net.advance_to(t):

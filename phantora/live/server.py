@@ -99,7 +99,7 @@ class LiveRank:
     pid: int | None = None
     fed: int = 0                                   # ops fed to the engine
     awaiting: int | None = None                    # index of the blocking op the rank waits on
-    event_queries: list[int] = field(default_factory=list)
+    event_queries: list[tuple[int, bool]] = field(default_factory=list)   # (event id, a completion query)
     exchange: tuple | None = None                  # (gid, seq) the rank waits on
     take: tuple | None = None                      # key of point-to-point objects the rank waits for
     sync_time: float | None = None                 # its blocking op completed at this time; the value is pending
@@ -232,7 +232,7 @@ class EngineServer:
                 raise LiveRunError(str(exc)) from None
             self._write_groups()
         elif tag == "event":
-            lr.event_queries.append(msg[1])
+            lr.event_queries.append((msg[1], bool(msg[2]) if len(msg) > 2 else False))
         elif tag == "exchange":
             _, rows, sigs, gid, seq, kind, payload = msg
             self._feed(lr, rows, sigs)
@@ -326,14 +326,24 @@ class EngineServer:
             lr.disconnected = True
 
     def _answer_events(self) -> None:
+        """An event's time (None: never recorded). A completion query (`Event.query()`) is answered at the rank's
+        CPU time T in virtual time, never by how far the other ranks' processes have got: with the event's time once
+        known, or with +inf (not complete by T) once the simulation is settled past T (`Engine.horizon`); until
+        then it stays pending, so the same program always gets the same answers."""
         for lr in self.ranks.values():
             if not lr.event_queries:
                 continue
-            events = self.engine.ranks[lr.rank].events
-            for eid in lr.event_queries:
-                ev = events.get(eid)
-                self._replies.append((lr, ("time", ev.time if ev is not None else None)))
-            lr.event_queries = []
+            rs = self.engine.ranks[lr.rank]
+            pending = []
+            for eid, query in lr.event_queries:
+                ev = rs.events.get(eid)
+                if ev is None or ev.time is not None or not query:
+                    self._replies.append((lr, ("time", ev.time if ev is not None else None)))
+                elif self.engine.horizon() >= rs.cpu:
+                    self._replies.append((lr, ("time", float("inf"))))
+                else:
+                    pending.append((eid, query))
+            lr.event_queries = pending
 
     def _answer_exchanges(self) -> None:
         for key in list(self._exchanges):

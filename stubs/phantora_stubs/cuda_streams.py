@@ -158,9 +158,7 @@ class Event:
     def query(self) -> bool:
         if not self.recorded:
             return True
-        rt = _ctx().runtime
-        t = rt.event_time(self.id)
-        return t is None or t <= rt.now()
+        return _ctx().runtime.event_done(self.id)
 
     def synchronize(self) -> None:
         if self.recorded:

@@ -115,8 +115,16 @@ class RemoteRuntime(Runtime):
 
     def event_time(self, event_id: int) -> float | None:
         self._send_ops()
-        self._send(("event", int(event_id)))
+        self._send(("event", int(event_id), False))
         return self._expect("time")
+
+    def event_done(self, event_id: int) -> bool:
+        if self._thread().pending:
+            self._append(Op(OpKind.CPU))     # the host time so far reaches the engine: the query is at this time
+        self._send_ops()
+        self._send(("event", int(event_id), True))
+        t = self._expect("time")
+        return t is None or t <= self.now()
 
     def exchange(self, gid: int, kind: str, payload: Any, sync: Op) -> Any:
         """Combine real values across the group of the latest collective issued on `gid`; the host blocks on

@@ -90,6 +90,12 @@ class Runtime(abc.ABC):
         Only meaningful once the host has synchronised past the event, as with cudaEventElapsedTime.
         """
 
+    def event_done(self, event_id: int) -> bool:
+        """`Event.query()`: whether a recorded event has completed by the rank's current virtual time (True for an
+        event never recorded), answered in virtual time alone."""
+        t = self.event_time(event_id)
+        return t is None or t <= self.now()
+
     def exchange(self, gid: int, kind: str, payload: Any, sync: Op) -> Any:
         """Combine the real values of the latest collective issued on group `gid` across its members, the host
         blocking on `sync` (a SYNC_EVENT on the collective's completion) as reading the result would make it.
