@@ -13,22 +13,9 @@ import json
 import sys
 from pathlib import Path
 
+from phantora.groundtruth.hosts import host_of
 from phantora.groundtruth.schema import Hardware, Metrics, Parallelism, Record, Source, Workload
 from phantora.groundtruth.submit import canonical_text
-
-# nvidia-smi name -> (id prefix, GPU preset, cluster preset of 1 GPU, of 2 GPUs, host in words)
-GPUS = {"NVIDIA H200": ("h200", "h200-sxm-141gb", "h200-1gpu", "h200-2gpu-nvlink", "2 NVLinked H200 of one host"),
-        "NVIDIA H100 80GB HBM3": ("h100", "h100-sxm-80gb", "h100-1gpu", "", "a one-H100 host")}
-
-
-def gpu_of(folder: Path) -> tuple[str, str, str, str, str]:
-    for path in sorted(folder.glob("system*.txt")):
-        for line in path.read_text().splitlines():
-            name = line.split(",")[0].strip()
-            if name in GPUS:
-                return GPUS[name]
-    raise SystemExit(f"{folder}: no system*.txt naming a known GPU ({', '.join(GPUS)})")
-
 
 def _preset_layers(model: str) -> int:
     import tomllib
@@ -52,7 +39,8 @@ def record_of(path: Path) -> Record:
     if d["shapes"]["n_layers"] != _preset_layers(d["model"]):
         options["layers"] = d["shapes"]["n_layers"]
     folder = path.parent.relative_to(Path(__file__).resolve().parent.parent.parent)
-    prefix, gpu, cluster1, cluster2, host = gpu_of(path.parent)
+    measured = host_of(path.parent)
+    prefix, gpu, host = measured.prefix, measured.gpu, measured.words
     threads = "OMP_NUM_THREADS=1 per process (torchrun's default for 2 processes)" if gpus > 1 else \
         "OMP_NUM_THREADS unset (all host cores)"
     offload = f" The CPU optimizer ran with {threads}." if c["offload_optimizer"] != "none" else ""
@@ -68,7 +56,7 @@ def record_of(path: Path) -> Record:
                       version="presets/workloads/deepspeed_gpt.py, deepspeed 0.19.8",
                       section=f"{folder}/{name}.json"),
         hardware=Hardware(gpu=gpu, gpus=gpus, hosts=1, gpus_per_host=gpus,
-                          cluster=cluster2 if gpus == 2 else cluster1, intra_host_link="nvswitch",
+                          cluster=measured.cluster(gpus), intra_host_link="nvswitch",
                           inter_host_gbps_per_gpu=0.0, inter_host_link="none (one host)"),
         workload=Workload(framework="deepspeed", framework_version="0.19.8", model=d["model"],
                           micro_batch=c["micro_batch"], global_batch=c["micro_batch"] * c["grad_accum"] * dp,

@@ -13,6 +13,7 @@ import json
 import sys
 from pathlib import Path
 
+from phantora.groundtruth.hosts import host_of
 from phantora.groundtruth.schema import Hardware, Metrics, Parallelism, Record, Source, Workload
 from phantora.groundtruth.submit import canonical_text
 
@@ -20,19 +21,7 @@ RECOMPUTE = {"none": "none", "full": "full", "selective": "selective-op"}
 OPTION_KEYS = ("vpp", "distributed_optimizer", "overlap_grad_reduce", "overlap_param_gather", "sequence_parallel")
 
 
-# nvidia-smi name -> (id prefix, GPU preset, cluster preset of 1 GPU, of 2 GPUs, host in words, measuring script)
-GPUS = {"NVIDIA H200": ("h200", "h200-sxm-141gb", "h200-1gpu", "h200-2gpu-nvlink", "2 NVLinked H200 of one host",
-                        "measure.sh"),
-        "NVIDIA H100 80GB HBM3": ("h100", "h100-sxm-80gb", "h100-1gpu", "", "a one-H100 host", "measure-1gpu.sh")}
-
-
-def gpu_of(folder: Path) -> tuple[str, str, str, str, str, str]:
-    for path in sorted(folder.glob("system*.txt")):
-        for line in path.read_text().splitlines():
-            name = line.split(",")[0].strip()
-            if name in GPUS:
-                return GPUS[name]
-    raise SystemExit(f"{folder}: no system*.txt naming a known GPU ({', '.join(GPUS)})")
+SCRIPTS = {"h200": "measure.sh", "h100": "measure-1gpu.sh"}     # the measuring script of each host's rows
 
 
 def record_of(path: Path) -> Record:
@@ -44,7 +33,8 @@ def record_of(path: Path) -> Record:
     if d["shapes"]["n_layers"] != _preset_layers(d["model"]):
         options["layers"] = d["shapes"]["n_layers"]
     folder = path.parent.relative_to(Path(__file__).resolve().parent.parent.parent)
-    prefix, gpu, cluster1, cluster2, host, script = gpu_of(path.parent)
+    measured = host_of(path.parent)
+    prefix, gpu, host, script = measured.prefix, measured.gpu, measured.words, SCRIPTS[measured.prefix]
     log = (f"Raw output: {folder}/{name}.log and .json" if path.with_suffix(".log").exists() else
            f"Raw output: {folder}/{name}.json (the run's log was not kept)")
     return Record(
@@ -57,7 +47,7 @@ def record_of(path: Path) -> Record:
         source=Source(date="2026-11-26", contributor=f"phantora maintainers (measured on {gpus} GPU(s) of {host})", version="presets/workloads/megatron_gpt.py, megatron-core 0.16.1",
                       section=f"{folder}/{name}.json"),
         hardware=Hardware(gpu=gpu, gpus=gpus, hosts=1, gpus_per_host=gpus,
-                          cluster=cluster2 if gpus == 2 else cluster1, intra_host_link="nvswitch",
+                          cluster=measured.cluster(gpus), intra_host_link="nvswitch",
                           inter_host_gbps_per_gpu=0.0, inter_host_link="none (one host)"),
         workload=Workload(framework="megatron-core", framework_version="0.16.1", model=d["model"],
                           micro_batch=c["micro_batch"], global_batch=c["global_batch"], seq_len=c["seq"],

@@ -130,22 +130,32 @@ def program_argv(program: list[str]) -> list[str]:
 _PYTHON_OPTS_WITH_VALUE = ("-W", "-X", "-Q")
 
 
+def _script_index(argv: list[str]) -> tuple[str, int]:
+    """Where a `python` command line names what it runs: ("script", i) with argv[i] the script, ("module", i) with
+    argv[i] the module after -m, ("inline", i) for -c / -, ("none", len(argv)) when nothing is named."""
+    i = 1
+    while i < len(argv):
+        a = argv[i]
+        if a == "-c" or a == "-":
+            return "inline", i
+        if a == "-m":
+            return "module", i + 1
+        if a in _PYTHON_OPTS_WITH_VALUE:
+            i += 2
+            continue
+        if not a.startswith("-"):
+            return "script", i
+        i += 1
+    return "none", len(argv)
+
+
 def with_local_rank(argv: list[str], local_rank: int) -> list[str]:
     """`argv` with `--local_rank=N` right after the script or module, where the deepspeed launcher (and
     torch.distributed.launch) put it; at the end for any other program."""
     arg = f"--local_rank={local_rank}"
     if argv[0] == sys.executable:
-        i = 1
-        while i < len(argv):
-            a = argv[i]
-            if a == "-m":
-                return argv[:i + 2] + [arg] + argv[i + 2:]
-            if a in _PYTHON_OPTS_WITH_VALUE:
-                i += 2
-                continue
-            if a.startswith("-"):
-                i += 1
-                continue
+        kind, i = _script_index(argv)
+        if kind in ("script", "module") and i < len(argv):
             return argv[:i + 1] + [arg] + argv[i + 1:]
     return argv + [arg]
 
@@ -163,31 +173,23 @@ def check_program(argv: list[str], cwd: str | None = None, env: dict[str, str] |
         elif shutil.which(exe, path=(env or {}).get("PATH", os.environ.get("PATH"))) is None:
             raise PhantoraError(f"the program {exe!r} is not found (not a Python script, and not on PATH)")
         return
-    i = 1
-    while i < len(argv):
-        a = argv[i]
-        if a == "-c" or a == "-":
-            return
-        if a == "-m":
-            if i + 1 >= len(argv):
-                raise PhantoraError("-m needs a module name, e.g. phantora run -- python -m package.train")
-            top = argv[i + 1].split(".")[0]
-            extra = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-            search = [str(base.resolve()), *extra, *sys.path]
-            if importlib.machinery.PathFinder.find_spec(top, search) is None and top not in sys.builtin_module_names:
-                raise PhantoraError(f"no module named {top!r} (looked in {base.resolve()}, PYTHONPATH and the "
-                                    f"interpreter's path)")
-            return
-        if a in _PYTHON_OPTS_WITH_VALUE:
-            i += 2
-            continue
-        if a.startswith("-"):
-            i += 1
-            continue
-        if not (base / a).is_file():
-            raise PhantoraError(f"the program's script {a} does not exist (in {base.resolve()})")
+    kind, i = _script_index(argv)
+    if kind == "inline":
         return
-    raise PhantoraError("python needs a script or -m module to run, e.g. phantora run -- python train.py")
+    if kind == "module":
+        if i >= len(argv):
+            raise PhantoraError("-m needs a module name, e.g. phantora run -- python -m package.train")
+        top = argv[i].split(".")[0]
+        extra = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+        search = [str(base.resolve()), *extra, *sys.path]
+        if importlib.machinery.PathFinder.find_spec(top, search) is None and top not in sys.builtin_module_names:
+            raise PhantoraError(f"no module named {top!r} (looked in {base.resolve()}, PYTHONPATH and the "
+                                f"interpreter's path)")
+        return
+    if kind == "none":
+        raise PhantoraError("python needs a script or -m module to run, e.g. phantora run -- python train.py")
+    if not (base / argv[i]).is_file():
+        raise PhantoraError(f"the program's script {argv[i]} does not exist (in {base.resolve()})")
 
 
 def _free_port() -> int:
