@@ -15,6 +15,7 @@ import click
 from . import __version__
 from .clitools import user_errors
 from .errors import PhantoraError
+from .routing import describe as describe_routing, skewed
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
@@ -257,6 +258,8 @@ def _fmt_result(r) -> str:
         lines.append(f"  peak memory: {max(r.peak_reserved_bytes.values()) / gib:.2f} GiB reserved, "
                      f"{max(r.peak_allocated_bytes.values()) / gib:.2f} GiB allocated{failed} "
                      f"(allocator: {r.allocator or 'PyTorch defaults'})")
+    if skewed(r.routing):
+        lines.append(f"  expert routing assumed by the recorded run: {describe_routing(r.routing)}")
     return "\n".join(lines)
 
 

@@ -53,6 +53,7 @@ class ReplayResult:
     peak_reserved_bytes: dict = field(default_factory=dict)     # per simulated rank: the allocator model's peaks
     peak_allocated_bytes: dict = field(default_factory=dict)
     allocator: str = ""                                          # PYTORCH_CUDA_ALLOC_CONF the replay modelled
+    routing: dict | None = None                                  # the expert routing the recorded run assumed
     recorded_problem: str | None = None     # what the input trace says went wrong in its run (allow_incomplete)
 
     @property
@@ -86,7 +87,7 @@ class ReplayResult:
                 "iterations_s": self.iterations_s, "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
                 "mfu": self.mfu, "ops": self.n_ops, "wall_s": self.wall_s, "ops_per_s": self.ops_per_s,
                 "ooms": self.ooms, "out_of_memory": self.out_of_memory, "allocator": self.allocator,
-                "recorded_problem": self.recorded_problem,
+                "routing": self.routing, "recorded_problem": self.recorded_problem,
                 "peak_reserved_bytes": {str(r): v for r, v in self.peak_reserved_bytes.items()},
                 "peak_allocated_bytes": {str(r): v for r, v in self.peak_allocated_bytes.items()},
                 **{k: v for k, v in self.summary.items() if isinstance(v, (int, float, str))}}
@@ -192,6 +193,7 @@ def replay(trace: str | Path, *, cluster: str | None = None, nodes: int | None =
     result.peak_reserved_bytes = {r: engine.ranks[r].allocator.reserved.peak for r in simulated}
     result.peak_allocated_bytes = {r: engine.ranks[r].allocator.allocated.peak for r in simulated}
     result.allocator = allocator.to_text()
+    result.routing = meta.get("routing")
     recorder.engine = None   # engine and recorder refer to each other: let reference counting free them now
     return result
 

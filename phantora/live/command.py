@@ -12,6 +12,7 @@ import click
 
 from ..cluster import load_cluster, software_overrides
 from ..errors import PhantoraError
+from ..routing import parse as parse_routing
 from .launcher import (RunFailed, RunOptions, check_program, default_trace_name, program_argv, run_live,
                        signal_text)
 from .ranks import check_process_count, plan_ranks
@@ -161,6 +162,11 @@ def _check_program_start(program: list[str]) -> None:
 @click.option("--sdpa", default=None, metavar="LIST",
               help="SDPA backends in priority order, e.g. flash,efficient,math (overrides torch's and the "
                    "script's choice).")
+@click.option("--routing", "routing_text", default="balanced", show_default=True,
+              metavar="balanced|zipf:S|file:PATH|loads:L0,L1,...",
+              help="Expert routing a mixture-of-experts step assumes (routers read data a simulation does not "
+                   "have): every expert the same share, a Zipf skew of exponent S over the expert index, or one "
+                   "load per expert from a file or the list; recorded in the trace (docs/stubs.md).")
 @click.option("--profile", default=None, type=click.Path(exists=True, dir_okay=False),
               help="Measured profile database (HDF5) to cost kernels from (default: the GPU's own, else a "
                    "same-architecture GPU's across).")
@@ -189,7 +195,8 @@ def _check_program_start(program: list[str]) -> None:
 @click.argument("program", nargs=-1, type=click.UNPROCESSED, required=True)
 def run_cmd(cluster, nodes, gpus_per_node, gpu, overrides, ranks, pp_degree, trace, no_trace, summary_json,
             tokens_per_iteration, model, seq, hang_timeout, algo, proto, torch_cuda, sdpa, profile, quiet,
-            program, force_ranks=False, host_cpu="model", overwrite=False, local_rank_arg=False, **torchrun):
+            program, force_ranks=False, host_cpu="model", overwrite=False, local_rank_arg=False,
+            routing_text="balanced", **torchrun):
     """Run an unmodified PyTorch program on a virtual cluster (a drop-in for torchrun).
 
     Every rank gets RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT as torchrun sets
@@ -214,6 +221,7 @@ def run_cmd(cluster, nodes, gpus_per_node, gpu, overrides, ranks, pp_degree, tra
         overrides = list(overrides) + software_overrides(torch_cuda, sdpa)
         spec = load_cluster(cluster, nodes=nodes, gpus_per_node=gpus_per_node, gpu=gpu, overrides=overrides)
         plan = plan_ranks(ranks, spec.world_size, list(program), pp_degree)
+        routing = parse_routing(routing_text, base=Path.cwd())
         crowded = check_process_count(plan, force=force_ranks)
         if profile:
             from ..costmodel.profiledb import ProfileDB
@@ -234,7 +242,7 @@ def run_cmd(cluster, nodes, gpus_per_node, gpu, overrides, ranks, pp_degree, tra
         opts = RunOptions(program=list(program), spec=spec, plan=plan, trace=trace_path, overwrite=overwrite,
                           tokens_per_iteration=tokens_per_iteration, flops_per_token=flops_per_token,
                           hang_timeout_s=hang_timeout, algo=algo, proto=proto, quiet_ranks=quiet, host_cpu=host_cpu,
-                          local_rank_arg=local_rank_arg,
+                          local_rank_arg=local_rank_arg, routing=routing,
                           env={"PHANTORA_PROFILE": str(Path(profile).resolve())} if profile else {})
     except PhantoraError as exc:
         raise click.ClickException(str(exc)) from None

@@ -34,6 +34,7 @@ from ..engine import devmem
 from ..engine.allocator import AllocatorConfig
 from ..errors import PhantoraError
 from ..paths import project_root
+from ..routing import BALANCED, ENV as ROUTING_ENV, RoutingSpec
 from ..simulate import run_meta
 from . import wire
 from .ranks import RankPlan
@@ -111,6 +112,7 @@ class RunOptions:
     quiet_ranks: bool = False                   # do not relay the ranks' output (tests, benchmarks)
     host_cpu: str = hostcpu.DEFAULT_MODE        # model | measured (phantora/hostcpu.py)
     local_rank_arg: bool = False                # pass --local_rank=N to each rank (the deepspeed launcher's way)
+    routing: RoutingSpec = BALANCED             # expert routing the ranks assume (phantora/routing.py, --routing)
     out: IO[str] = field(default_factory=lambda: sys.stdout)
     err: IO[str] = field(default_factory=lambda: sys.stderr)
 
@@ -224,6 +226,7 @@ def rank_environment(opts: RunOptions, server: EngineServer, rank: int, port: in
         "PYTHONHASHSEED": env.get("PYTHONHASHSEED", "0"),
         "PHANTORA_EPOCH": repr(epoch),
         "PHANTORA_TORCH_CUDA": spec.software.torch_cuda, "PHANTORA_SDPA": ",".join(spec.software.sdpa),
+        ROUTING_ENV: getattr(opts, "routing", BALANCED).text(),
         # what torchrun sets
         "RANK": str(rank), "WORLD_SIZE": str(spec.world_size), "LOCAL_RANK": str(rank % gpn),
         "LOCAL_WORLD_SIZE": str(min(gpn, spec.world_size)), "GROUP_RANK": str(rank // gpn),
@@ -311,7 +314,7 @@ def _run_ranks(opts: RunOptions, argv: list[str], sig: _Signals, progress: Calla
     meta = run_meta(spec, argv, plan.simulated, plan.rank_map, "live", ranks_mode=plan.mode,
                     tokens_per_iteration=opts.tokens_per_iteration, flops_per_token=opts.flops_per_token,
                     profile=opts.env.get("PHANTORA_PROFILE"),      # replay --recost costs from it again
-                    allocator=allocator.to_text(),
+                    allocator=allocator.to_text(), routing=opts.routing.as_meta(),
                     host_cpu={"mode": opts.host_cpu, **hostcpu.HostCosts.from_spec(spec.host).as_dict(),
                               "cpu_time_scale": spec.host.cpu_time_scale})
     before = own_run_dirs()
@@ -429,7 +432,8 @@ def _run_ranks(opts: RunOptions, argv: list[str], sig: _Signals, progress: Calla
         summary = summarize_run(server.engine, server.trace_path, tokens_per_iteration=opts.tokens_per_iteration,
                                 flops_per_token=opts.flops_per_token, wall_s=time.monotonic() - t0,
                                 keep_trace=opts.trace is not None, oom_messages=oom_messages,
-                                wall_marks_s=server.wall_marks, host_cpu=meta.get("host_cpu"))
+                                wall_marks_s=server.wall_marks, host_cpu=meta.get("host_cpu"),
+                                routing=meta.get("routing"))
     finally:
         server.discard_trace()                  # the run's folder goes in every case
     if error:

@@ -26,6 +26,7 @@ import numpy as np
 from ..engine.ops import OpKind
 from .. import throughput
 from ..throughput import iteration_times
+from ..routing import describe as describe_routing, skewed
 
 
 @dataclass
@@ -54,6 +55,7 @@ class RunSummary:
     engine_peak_rss_bytes: int | None = None          # peak RSS of the engine (launcher) process
     trace: str | None = None
     host_cpu: dict | None = None                      # how the framework's host time was found (trace meta's)
+    routing: dict | None = None                       # the expert routing assumed (trace meta's)
     outside_bytes: dict[int, dict[str, int]] = field(default_factory=dict)   # per rank: memory outside the allocator
 
     @property
@@ -131,6 +133,8 @@ class RunSummary:
             lines.append(f"  simulation       {self.wall_per_iteration_s:.2f} s wall per iteration{rss}")
         if self.host_cpu:
             lines.append(f"  host CPU         {host_cpu_text(self.host_cpu)}")
+        if skewed(self.routing):
+            lines.append(f"  expert routing   {describe_routing(self.routing)}")
         if self.trace:
             lines.append(f"  trace            {self.trace}")
         return "\n".join(lines)
@@ -153,7 +157,7 @@ def _ranks(ranks: list[int]) -> str:
 def summarize_run(engine, trace_path: str | None, *, tokens_per_iteration: float | None = None,
                   flops_per_token: float | None = None, wall_s: float = 0.0, keep_trace: bool = True,
                   oom_messages: list[str] = (), wall_marks_s: list[float] | None = None,
-                  host_cpu: dict | None = None) -> RunSummary:
+                  host_cpu: dict | None = None, routing: dict | None = None) -> RunSummary:
     """The summary of a finished (or stopped) live run from its engine and its closed trace."""
     spec = engine.spec
     gpu = spec.gpu_spec()
@@ -164,7 +168,7 @@ def summarize_run(engine, trace_path: str | None, *, tokens_per_iteration: float
                    iterations_s=iteration_times(marks), peak_memory_bytes=peak_res, peak_allocated_bytes=peak_alloc,
                    vram_bytes=engine.ranks[min(engine.ranks)].allocator.capacity, peak_flops=gpu.peak_flops("bf16"),
                    tokens_per_iteration=tokens_per_iteration, flops_per_token=flops_per_token, wall_s=wall_s,
-                   trace=trace_path if keep_trace else None, host_cpu=host_cpu)
+                   trace=trace_path if keep_trace else None, host_cpu=host_cpu, routing=routing)
     import resource
     s.outside_bytes = {r: dict(rs.outside.parts) for r, rs in engine.ranks.items()}
     s.rank_peak_rss_bytes = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024

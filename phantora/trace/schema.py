@@ -40,6 +40,8 @@ META_KEYS = {
     "mode": "str: 'live' (a framework ran) or 'replay' (re-simulated from another trace)",
     "host_cpu": "dict: how the framework's host time was found: mode ('model' or 'measured'), the prices py_call_ns, "
                 "c_call_ns, dispatch_us, and cpu_time_scale (docs/host-cpu.md)",
+    "routing": "dict: the expert routing a mixture-of-experts step assumed (phantora run --routing): kind "
+               "('balanced', 'zipf', 'loads'), exponent (zipf), loads and source (loads)",
 }
 """Documented keys of the JSON object in `meta`; a trace may hold more, and readers ignore keys they do not know."""
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from phantora.engine.ops import OpKind
 
-from . import exchange
+from . import alltoall, context, exchange
+from .clock import METER
 from .dist_emit import EmissionMixin, PhantoraWork, _flat, _forget, _nbytes
 
 
@@ -82,11 +83,28 @@ class CollectivesMixin(EmissionMixin):
 
     def alltoall(self, output_tensors, input_tensors, opts=None):
         _forget(output_tensors)
-        return self._collective("all_to_all", _nbytes(input_tensors), result=output_tensors)
+        send = [_nbytes([t]) for t in input_tensors]
+        recv = [_nbytes([t]) for t in output_tensors]
+        return self._all_to_all(_nbytes(input_tensors), send, recv, output_tensors)[0]
 
     def all_to_all_single(self, output, input, output_split_sizes=None, input_split_sizes=None, opts=None):
         _forget(output)
-        return self._collective("all_to_all", _nbytes(input), result=[output])
+        n = self._size
+        send = alltoall.split_bytes(_nbytes(input), input.shape[0] if input.dim() else 0, input_split_sizes, n)
+        recv = alltoall.split_bytes(_nbytes(output), output.shape[0] if output.dim() else 0, output_split_sizes, n)
+        work, collective = self._all_to_all(_nbytes(input), send, recv, [output])
+        if collective:
+            exchange.all_to_all_into(self._info.gid, output, input, input_split_sizes, self._rank, work._event)
+        return work
+
+    def _all_to_all(self, nbytes: int, send, recv, result) -> tuple[PhantoraWork, bool]:
+        ctx = context.get()
+        METER.enter()
+        try:
+            event, collective = alltoall.launch(ctx, self._info, nbytes, send, recv)
+        finally:
+            METER.exit()
+        return PhantoraWork(event, result), collective
 
     alltoall_base = all_to_all_single
 

@@ -108,20 +108,48 @@ def all_gather(gid: int, outputs: list[torch.Tensor], inputs: list[torch.Tensor]
     _store(outputs, [m[0] for m in members])
 
 
-def all_gather_into(gid: int, output: torch.Tensor, input: torch.Tensor, event: int | None) -> None:
-    """output = the members' inputs concatenated along dim 0."""
+def _gather_into(gid: int, output: torch.Tensor, input: torch.Tensor, event: int | None, extra: list = ()):
+    """Every member's payload (its input's value, then `extra`) for a single-tensor collective; None, with the
+    output's value forgotten, when a member's value is unknown; None, leaving it, for tensors too big to carry."""
     if not _small([input]) or not _small([output]):
-        return
+        return None
     payload = _payload([input])
     if payload is None:
         _store([output], None)
-        return
-    members = _exchange(gid, "gather", payload, event)
+        return None
+    members = _exchange(gid, "gather", payload + list(extra), event)
     if any(m is None for m in members):
         _store([output], None)
+        return None
+    return members
+
+
+def all_gather_into(gid: int, output: torch.Tensor, input: torch.Tensor, event: int | None) -> None:
+    """output = the members' inputs concatenated along dim 0."""
+    members = _gather_into(gid, output, input, event)
+    if members is None:
         return
     import numpy as np
     _store([output], [np.concatenate([np.reshape(m[0], (-1,) + tuple(input.shape[1:])) for m in members])])
+
+
+def all_to_all_into(gid: int, output: torch.Tensor, input: torch.Tensor, in_splits, me: int,
+                    event: int | None) -> None:
+    """output = chunk `me` of every member's input (split along dim 0 by that member's split sizes, equal chunks
+    without), concatenated in member order: the per-expert token counts frameworks exchange before dispatching
+    tokens. Each member's payload carries its split sizes."""
+    import numpy as np
+    members = _gather_into(gid, output, input, event, [np.asarray(list(in_splits or ()), dtype=np.int64)])
+    if members is None:
+        return
+    n = len(members)
+    chunks = []
+    for m in members:
+        rows = np.reshape(m[0], (-1,) + tuple(input.shape[1:]))
+        splits = [int(x) for x in m[1]] if len(m) > 1 and len(m[1]) else [rows.shape[0] // n] * n
+        start = sum(splits[:me])
+        chunks.append(rows[start:start + splits[me]])
+    _store([output], [np.concatenate(chunks)])
 
 
 _P2P_COUNT: dict[tuple[int, int, int], int] = {}

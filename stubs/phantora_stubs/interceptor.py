@@ -41,7 +41,7 @@ from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.weak import WeakIdKeyDictionary
 
-from . import comm, cuda_checks, host_compute
+from . import alltoall, comm, cuda_checks, exchange, host_compute
 from .clock import METER
 from .clock import REAL as _REAL_CLOCKS
 from .errors import UnsupportedOpError, user_location
@@ -207,7 +207,7 @@ class Interceptor(TorchDispatchMode):
                 return func(*args, **kwargs)
         if cat == VIEW:
             out = self._run(func, args, kwargs)
-            if VALUES.table or func is _LIFT_FRESH:
+            if VALUES.watching() or func is _LIFT_FRESH:
                 VALUES.after_op(func, _packet_name(func), args, kwargs, out)
             return out
         if cat == KERNEL or cat == HOP:
@@ -470,17 +470,40 @@ class Interceptor(TorchDispatchMode):
         if outs and device is None:     # collectives on host tensors still travel over the network
             device = self.dev.device()
         self.mem.track(outs)
-        event = comm.launch(self.ctx, OpKind.COLLECTIVE, coll, info, nbytes, root)
+        if coll == "all_to_all":
+            event = self._all_to_all(args, kwargs, info, nbytes, out)
+        else:
+            event = comm.launch(self.ctx, OpKind.COLLECTIVE, coll, info, nbytes, root)
         for t in outs:
             self._pending[t] = event
         return out
+
+    def _all_to_all(self, args, kwargs, info, nbytes: int, out) -> int:
+        """`all_to_all_single(input, output_split_sizes, input_split_sizes, group_name)`: with split sizes, the
+        NCCL group of transfers of alltoall.py; small inputs with known values carry them (the count exchange)."""
+        inp = args[0]
+        out_splits = args[1] if len(args) > 1 else kwargs.get("output_split_sizes")
+        in_splits = args[2] if len(args) > 2 else kwargs.get("input_split_sizes")
+        rows = (lambda t: t.shape[0] if t.dim() else 0)
+        send = alltoall.split_bytes(nbytes, rows(inp), in_splits, info.size)
+        recv = alltoall.split_bytes(out.numel() * out.element_size(), rows(out), out_splits, info.size)
+        event, collective = alltoall.launch(self.ctx, info, nbytes, send, recv)
+        if collective:
+            exchange.all_to_all_into(info.gid, out, inp, in_splits, info.ranks.index(self.ctx.config.rank), event)
+        else:
+            VALUES.drop(out)
+        return event
 
     def _wait_tensor(self, func, args, kwargs):
         t = args[0]
         event = self._pending.pop(t, None)
         if event is not None:
             comm.join(self.ctx, event)
-        return self._run(func, args, kwargs)
+        out = self._run(func, args, kwargs)
+        value = VALUES.get(t) if isinstance(t, torch.Tensor) else None
+        if value is not None and out is not t:         # the waited tensor keeps the value its collective carried
+            VALUES.set(out, value)
+        return out
 
     # -- attention --------------------------------------------------------------------------------------------------
     def _sdpa(self, args, kwargs):

@@ -23,6 +23,8 @@ from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
 from torch.utils import _pytree as pytree
 from torch.utils.weak import WeakIdKeyDictionary
 
+from .routes import ROUTES
+
 SMALL_NUMEL = 64
 SMALL_INT_NUMEL = 4096
 """Integer and bool tensors carry metadata (ids, sizes, counts, index lists such as DeepSpeed's parameter-id lists
@@ -144,9 +146,10 @@ class ValueTable:
         return a, k
 
     def after_op(self, func: Any, packet: str, args: tuple, kwargs: dict, out: Any) -> None:
-        """Propagate known values through an op the fake mode just ran."""
+        """Propagate known values through an op the fake mode just ran (and expert routes, routes.py)."""
         if packet in _NEVER:
             return
+        ROUTES.after_op(packet, args, kwargs, out, self)
         if packet in _UNINITIALIZED:
             for o in pytree.tree_leaves(out):
                 if isinstance(o, FakeTensor) and small_enough(o) and o.device.type != "meta":
@@ -200,6 +203,10 @@ class ValueTable:
 
     def has_value(self, t: torch.Tensor) -> bool:
         return self.get(t) is not None
+
+    def watching(self) -> bool:
+        """Whether a view op can carry anything: a known value or an expert route (the views' fast path)."""
+        return bool(self.table) or bool(ROUTES.table)
 
 
 VALUES = ValueTable()

@@ -1,0 +1,166 @@
+"""Expert routing on placeholder scores: the one place where a simulated mixture-of-experts step gets its token
+counts, for every framework.
+
+A router's top-k (or argmax) over its expert scores reads values a fake tensor does not have. Without a rule its
+indices are placeholders, every per-expert count derived from them reads 0, and the all-to-all split sizes and
+grouped-GEMM offsets a framework computes from those counts are 0 too (its experts get no tokens). Here the
+indices are marked instead, as a *route*: "each of these rows picks `top_k` of `experts` experts". The mark follows
+the tensor through reshapes, copies and the one-hot routing maps frameworks build from it (`scatter` into the
+expert dimension, `one_hot`), and an op that counts the picks per expert (a sum of a routing map over every token
+dimension, `bincount`, `histc`) gets a known value: the counts of the run's routing distribution
+(`phantora.routing.expert_counts`, `phantora run --routing`, balanced by default). From there the values rules
+(values.py) and the collectives that carry small known values (exchange.py) take the counts to the split lists and
+offsets, so the all-to-all moves, and the expert GEMMs compute, the tokens the distribution assigns.
+
+Nothing here is framework code: TorchTitan (`scatter_` of the top-k ids, `sum(dim=(0, 1))`), Megatron-core
+(`scatter` into a routing map, `sum(dim=0)`) and DeepSpeed (`one_hot` of an argmax, `sum(dim=0)`) count the same
+way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
+from torch.utils.weak import WeakIdKeyDictionary
+
+from phantora import routing
+
+
+@dataclass(frozen=True)
+class Route:
+    kind: str          # "ids": expert indices, `top_k` per token; "map": one row of `experts` flags per token
+    experts: int
+    top_k: int
+
+
+_KEEP = {"view", "_unsafe_view", "reshape", "flatten", "detach", "alias", "clone", "_to_copy", "contiguous",
+         "unsqueeze", "squeeze", "lift_fresh", "_reshape_alias"}
+_SCATTER = {"scatter", "scatter_", "scatter_add", "scatter_add_", "scatter_reduce", "scatter_reduce_"}
+_COUNT = {"sum", "count_nonzero", "bincount", "histc"}
+
+
+def _dim(d: Any, ndim: int) -> int | None:
+    if not isinstance(d, int):
+        return None
+    return d + ndim if d < 0 else d
+
+
+class RouteTable:
+    def __init__(self) -> None:
+        self.table: WeakIdKeyDictionary = WeakIdKeyDictionary()
+        self.spec: routing.RoutingSpec | None = None
+
+    def distribution(self) -> routing.RoutingSpec:
+        if self.spec is None:
+            from . import context
+            ctx = context.CTX
+            self.spec = getattr(getattr(ctx, "config", None), "routing", None) or routing.BALANCED
+        return self.spec
+
+    def get(self, t: Any) -> Route | None:
+        return self.table.get(t) if isinstance(t, FakeTensor) else None
+
+    def _mark(self, t: Any, route: Route) -> None:
+        if isinstance(t, FakeTensor):
+            self.table[t] = route
+
+    def after_op(self, packet: str, args: tuple, kwargs: dict, out: Any, values: Any) -> None:
+        """Mark the outputs of routing ops; give counting ops on routes their value (`values`: the ValueTable)."""
+        if packet in ("topk", "argmax", "max") and args and isinstance(args[0], FakeTensor):
+            self._router(packet, args, kwargs, out, values)
+            return
+        if not self.table or not args:
+            return
+        src = self.get(args[0])
+        if packet in _KEEP:
+            if src is not None and isinstance(out, FakeTensor):
+                if src.kind == "ids" or (out.dim() and out.shape[-1] == src.experts):
+                    self._mark(out, src)
+        elif packet in _SCATTER:
+            self._scatter(args, kwargs, out)
+        elif packet == "eq":
+            self._compare(args, out)
+        elif packet == "one_hot":
+            ids = src
+            if ids is not None and ids.kind == "ids" and isinstance(out, FakeTensor) and out.shape[-1] == ids.experts:
+                self._mark(out, Route("map", ids.experts, ids.top_k))
+        elif packet in _COUNT and src is not None and isinstance(out, FakeTensor):
+            self._count(packet, src, args, kwargs, out, values)
+
+    def _router(self, packet, args, kwargs, out, values) -> None:
+        x = args[0]
+        if values.get(x) is not None or x.dim() == 0:
+            return
+        if packet != "argmax" and not isinstance(out, (tuple, list)):
+            return
+        if packet == "topk":
+            k = args[1] if len(args) > 1 else kwargs.get("k")
+            dim = _dim(args[2] if len(args) > 2 else kwargs.get("dim", -1), x.dim())
+            ids = out[1]
+        elif packet == "argmax":
+            k, ids = 1, out
+            dim = _dim(args[1] if len(args) > 1 else kwargs.get("dim"), x.dim())
+        else:                                        # max.dim: (values, indices)
+            if len(args) < 2 and "dim" not in kwargs:
+                return
+            k, ids = 1, out[1]
+            dim = _dim(args[1] if len(args) > 1 else kwargs.get("dim"), x.dim())
+        experts = x.shape[-1]
+        if dim != x.dim() - 1 or not isinstance(k, int) or not 0 < k < experts:
+            return
+        self._mark(ids, Route("ids", int(experts), int(k)))
+
+    def _scatter(self, args, kwargs, out) -> None:
+        # scatter(self, dim, index, src|value): a one-hot routing map when the index is a route over self's last dim
+        if len(args) < 3:
+            return
+        target, dim, index = args[0], args[1], args[2]
+        ids = self.get(index)
+        if ids is None or ids.kind != "ids" or not isinstance(target, torch.Tensor):
+            return
+        if _dim(dim, target.dim()) != target.dim() - 1 or target.shape[-1] != ids.experts:
+            return
+        route = Route("map", ids.experts, ids.top_k)
+        self._mark(out, route)
+        if packet_is_inplace(out, target):
+            self._mark(target, route)
+
+    def _compare(self, args, out) -> None:
+        # one_hot's decomposition: ids.unsqueeze(-1) == arange(experts), one flag row per pick
+        if len(args) < 2:
+            return
+        ids = self.get(args[0]) or self.get(args[1])
+        if ids is None or ids.kind != "ids" or not isinstance(out, FakeTensor) or not out.dim():
+            return
+        if out.shape[-1] == ids.experts:
+            self._mark(out, Route("map", ids.experts, 1))     # each pick its own row of flags
+
+    def _count(self, packet, src: Route, args, kwargs, out, values) -> None:
+        experts = src.experts
+        if tuple(out.shape) != (experts,) and tuple(s for s in out.shape if s != 1) != (experts,):
+            return
+        if packet in ("sum", "count_nonzero"):
+            x = args[0]
+            dims = args[1] if len(args) > 1 else kwargs.get("dim")
+            dims = [dims] if isinstance(dims, int) else list(dims or ())
+            if src.kind != "map" or not dims or x.dim() - 1 in {_dim(d, x.dim()) for d in dims}:
+                return                               # the expert dimension itself is summed: not a count
+            tokens = x.numel() // experts
+        else:                                        # bincount / histc over the ids
+            if src.kind != "ids":
+                return
+            tokens = args[0].numel() // src.top_k
+        counts = routing.expert_counts(self.distribution(), tokens, src.top_k, experts)
+        with unset_fake_temporarily():
+            value = torch.tensor(counts, dtype=out.dtype).reshape(out.shape)
+        values.set(out, value)
+
+
+def packet_is_inplace(out: Any, target: Any) -> bool:
+    return out is target
+
+
+ROUTES = RouteTable()
