@@ -207,3 +207,26 @@ def test_fsdp_copy_out_members_follow_their_split_sizes():
         warnings.simplefilter("error")                     # "An output ... was resized" must not happen
         op(*real_args, **real_kwargs)
     assert torch.equal(torch.cat(real_kwargs["out"], dim=1), real_args[0])
+
+
+@pytest.mark.parametrize("a_shape,b_shape,ragged", [((4096, 256), (8, 256, 512), 4096),    # tokens x experts' weights
+                                                     ((256, 4096), (4096, 512), 4096)])    # the weight gradient
+def test_grouped_gemm_offsets_are_offsets(a_shape, b_shape, ragged):
+    """The measured grouped GEMM gets valid group ends (non-decreasing, the last at the ragged dimension's size):
+    random integers make the CUDA kernel stop on a device-side assert."""
+    offs = torch.tensor([512 * (g + 1) for g in range(8)], dtype=torch.int32)
+    sig = signature_of(aten._grouped_mm.default, (T(*a_shape), T(*b_shape), offs), {})
+    real_args, real_kwargs = build_inputs(sig, "cpu", seed=3)
+    built = (real_args[2] if len(real_args) > 2 else real_kwargs["offs"]).tolist()
+    assert len(built) == 8 and built == sorted(built) and built[-1] == ragged and built[0] > 0
+    assert signature_of(aten._grouped_mm.default, real_args, real_kwargs) == sig
+    aten._grouped_mm.default(*real_args, **real_kwargs)
+
+
+def test_repeat_interleave_repeats_add_up_to_the_output_size():
+    """With `output_size` the CUDA kernel asserts that the repeats sum to it: the built repeats must."""
+    args, kwargs = (T(128, dtype=torch.int64),), {"output_size": 65536}
+    sig = signature_of(aten.repeat_interleave.Tensor, args, kwargs)
+    real_args, real_kwargs = build_inputs(sig, "cpu", seed=1)
+    assert int(real_args[0].sum()) == 65536 and real_kwargs["output_size"] == 65536
+    assert aten.repeat_interleave.Tensor(*real_args, **real_kwargs).numel() == 65536

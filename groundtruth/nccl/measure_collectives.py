@@ -15,7 +15,10 @@ Ops:
   all_to_all (all_to_all_single);
 - sendrecv: nccl-tests' sendrecv, every rank sends to the next rank and receives from the previous one at once
   (batch_isend_irecv), bus factor 1;
-- send_recv: one direction only, rank 0 sends to the last rank, the others idle, bus factor 1.
+- send_recv: one direction only, rank 0 sends to the last rank, the others idle, bus factor 1;
+- all_to_all_skew<H> (H = 2, 4, 8): all_to_all_single with uneven split sizes, as an expert-parallel dispatch with
+  one hot expert rank: every rank sends rank 0 H units of its send buffer and every other rank 1 unit (the size
+  is the send buffer, as for all_to_all; bus factor (n-1)/n of that size, for comparison only).
 
 `--graph` captures the timed iterations in a CUDA graph, which removes PyTorch's per-call host overhead (the time is
 then the GPU's alone). `--probe` runs each op once per size and nothing else (for NCCL_DEBUG=INFO logs of NCCL's
@@ -39,14 +42,16 @@ import warnings
 import torch
 import torch.distributed as dist
 
-OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "sendrecv", "send_recv")
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "sendrecv", "send_recv", "all_to_all_skew2",
+       "all_to_all_skew4", "all_to_all_skew8")
+SKEW_PREFIX = "all_to_all_skew"
 
 
 def busbw_factor(op: str, n: int) -> float:
     """nccl-tests' busbw / algbw (doc/PERFORMANCE.md)."""
     if op == "all_reduce":
         return 2 * (n - 1) / n
-    if op in ("all_gather", "reduce_scatter", "all_to_all"):
+    if op in ("all_gather", "reduce_scatter", "all_to_all") or op.startswith(SKEW_PREFIX):
         return (n - 1) / n
     return 1.0
 
@@ -122,6 +127,13 @@ class Bench:
             self.inp, self.out = torch.ones(numel // world, **f), torch.empty(numel, **f)
         elif op == "reduce_scatter":
             self.inp, self.out = torch.ones(numel, **f), torch.empty(numel // world, **f)
+        elif op.startswith(SKEW_PREFIX):
+            hot = int(op[len(SKEW_PREFIX):])
+            unit = max(64, numel // (hot + world - 1) // 64 * 64)     # chunks 256-byte aligned, as NCCL wants
+            self.in_splits = [hot * unit] + [unit] * (world - 1)
+            self.out_splits = [self.in_splits[rank]] * world
+            self.numel = sum(self.in_splits)
+            self.inp, self.out = torch.ones(self.numel, **f), torch.empty(sum(self.out_splits), **f)
         else:
             self.inp, self.out = torch.ones(numel, **f), torch.empty(numel, **f)
 
@@ -136,6 +148,8 @@ class Bench:
             dist.reduce_scatter_tensor(self.out, self.inp)
         elif op == "all_to_all":
             dist.all_to_all_single(self.out, self.inp)
+        elif op.startswith(SKEW_PREFIX):
+            dist.all_to_all_single(self.out, self.inp, self.out_splits, self.in_splits)
         elif op == "sendrecv":
             nxt, prv = (self.rank + 1) % self.world, (self.rank - 1) % self.world
             reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend, self.inp, nxt), dist.P2POp(dist.irecv, self.out, prv)])

@@ -260,7 +260,53 @@ def build_inputs(sig: Signature, device: str = "cuda", seed: int = 0) -> tuple[l
             args.append(v)
         else:
             pending.append(v)
+    if sig.name in ("_grouped_mm", "_scaled_grouped_mm"):
+        _grouped_offsets(schema, args, kwargs)
+    if sig.name == "repeat_interleave" and args and kwargs.get("output_size") is not None:
+        _repeats_summing_to(args, int(kwargs["output_size"]))
     return args, kwargs
+
+
+def _repeats_summing_to(args: list, total: int) -> None:
+    """`repeat_interleave(repeats, output_size=N)`: repeats that add up to N (an even split), as the kernel requires
+    (random counts stop it on a device-side assert)."""
+    import torch
+
+    r = args[0]
+    if isinstance(r, torch.Tensor) and r.dim() == 1 and r.numel() and not r.dtype.is_floating_point:
+        n = r.numel()
+        args[0] = torch.tensor([(i + 1) * total // n - i * total // n for i in range(n)], dtype=r.dtype,
+                               device=r.device)
+
+
+def _grouped_offsets(schema: Any, args: list, kwargs: dict) -> None:
+    """A grouped GEMM's `offs` (the groups' cumulative ends along its ragged dimension) as an even split: random
+    integers there are not offsets, and the CUDA kernel stops on a device-side assert (which ends every later
+    measurement of the process). A signature keeps the offsets' shape, not the counts: the ragged dimension's rows
+    are split evenly over the groups. The ragged dimension: the rows of a 2-D `self` against a 3-D `mat2`, the
+    shared dimension of two 2-D operands (the weight gradient), the columns of a 2-D `mat2` against a 3-D `self`."""
+    import torch
+
+    names = [a.name for a in schema.arguments]
+    if "offs" not in names:
+        return
+    i = names.index("offs")
+    offs = args[i] if i < len(args) else kwargs.get("offs")
+    if not isinstance(offs, torch.Tensor) or offs.dim() != 1 or not len(args) >= 2:
+        return
+    x, w = args[0], args[1]
+    if x.dim() == 2 and w.dim() == 3:
+        total = x.shape[0]
+    elif x.dim() == 2 and w.dim() == 2:
+        total = x.shape[1]
+    else:
+        total = w.shape[-1]
+    groups = offs.numel()
+    even = torch.tensor([(g + 1) * total // groups for g in range(groups)], dtype=offs.dtype, device=offs.device)
+    if i < len(args):
+        args[i] = even
+    else:
+        kwargs["offs"] = even
 
 
 def _is_tensor_list(a: Any) -> bool:
