@@ -16,7 +16,7 @@ from typing import Any
 from .errors import PresetError
 from .gpus import GPUSpec, load_gpu
 from .paths import presets_dir
-from .software import SDPA_BACKENDS, parse_release
+from .software import SDPA_BACKENDS, parse_release, te_release_problem
 from .tomlconf import build, check_number, read_toml, to_table
 
 INTRA_KINDS = ("nvswitch", "nvlink-mesh", "pcie")
@@ -139,11 +139,16 @@ class SoftwareSpec:
     """The CUDA software stack of the simulated run, for the kernel choices the ranks make (docs/stubs.md)."""
     torch_cuda: str = ""                   # torch release ("2.6") whose CUDA kernel choices are emulated; "" = the ranks' own
     sdpa: list[str] = field(default_factory=list)   # SDPA backends in priority order, overriding torch's and the script's
+    transformer_engine: str = ""           # Transformer Engine release the ranks import (a stand-in); "" = none
 
     def validate(self) -> None:
         if self.torch_cuda and parse_release(self.torch_cuda) is None:
             raise PresetError(f"'{self.torch_cuda}' is not a torch release like 2.6 or 2.11.0",
                               key="software.torch_cuda")
+        if self.transformer_engine:
+            problem = te_release_problem(self.transformer_engine)
+            if problem:
+                raise PresetError(problem, key="software.transformer_engine")
         for b in self.sdpa:
             if b not in SDPA_BACKENDS:
                 raise PresetError(f"unknown SDPA backend '{b}' ({', '.join(SDPA_BACKENDS)})", key="software.sdpa")
@@ -277,9 +282,12 @@ def load_cluster(name_or_path: str, *, nodes: int | None = None, gpus_per_node: 
     return spec
 
 
-def software_overrides(torch_cuda: str | None, sdpa: str | None) -> list[str]:
-    """`--set` overrides for the `--torch-cuda VERSION` and `--sdpa a,b,c` options of `phantora run`."""
+def software_overrides(torch_cuda: str | None, sdpa: str | None, transformer_engine: str | None = None) -> list[str]:
+    """`--set` overrides for the `--torch-cuda VERSION`, `--sdpa a,b,c` and `--transformer-engine VERSION` options
+    of `phantora run`."""
     out = []
+    if transformer_engine:
+        out.append(f"software.transformer_engine={transformer_engine.strip()!r}")
     if torch_cuda:
         out.append(f"software.torch_cuda={torch_cuda.strip()!r}")
     if sdpa:

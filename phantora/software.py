@@ -1,5 +1,5 @@
-"""Names shared by the cluster's `[software]` section, the rank stubs and validation: SDPA backends and torch
-releases. Imports nothing heavy, so the stubs can use it before torch is imported."""
+"""Names shared by the cluster's `[software]` section, the rank stubs and validation: SDPA backends, torch
+releases and the Transformer Engine releases the stand-in answers as. Imports nothing heavy, so the stubs can use it before torch is imported."""
 
 from __future__ import annotations
 
@@ -25,3 +25,17 @@ def default_sdpa_order(release: tuple[int, int], sm: int) -> tuple[str, ...]:
     if release >= CUDNN_FIRST_FROM and sm in CUDNN_FIRST_SM:
         return ("cudnn", "flash", "efficient", "math")
     return ("flash", "efficient", "math", "cudnn")
+
+
+TE_FIRST_RELEASE = (2, 0)        # the Transformer Engine stand-in follows TE 2.x's Python API
+
+
+def te_release_problem(text: str) -> str | None:
+    """Why `text` cannot name the Transformer Engine release the ranks import (None if it can)."""
+    release = parse_release(text)
+    if release is None:
+        return f"'{text}' is not a Transformer Engine release like 2.9 or 2.9.0"
+    if release < TE_FIRST_RELEASE:
+        return (f"Transformer Engine {text}: the stand-in follows the API of TE "
+                f"{TE_FIRST_RELEASE[0]}.{TE_FIRST_RELEASE[1]} and later")
+    return None

@@ -1,6 +1,7 @@
 """The model x framework table's recipes whose training script is a workload of presets/workloads/ (Megatron-core,
 DeepSpeed): every supported row's flags parse with that script, its model preset loads, and the layout the flags
-describe is one the framework accepts."""
+describe is one the framework accepts; the `phantora run` options a recipe needs (its cluster software) are options
+`phantora run` accepts, with values its cluster validation takes."""
 
 from __future__ import annotations
 
@@ -51,3 +52,14 @@ def test_every_recipe_of_the_framework_preset_is_accepted_by_the_workload(framew
         args = mod.parse_args(["--model", name, *shlex.split(r.config)])
         a = mod.load_model_args(args.model, args.layers, dense_only=True)
         layout(mod, args, a)
+        if r.run_options:
+            check_run_options(r.run_options)
+
+
+def check_run_options(options: str) -> None:
+    from phantora.cluster import load_cluster, software_overrides
+    from phantora.live.command import run_cmd
+    ctx = run_cmd.make_context("run", [*shlex.split(options), "--", "python", "train.py"])
+    p = ctx.params
+    load_cluster("h100-hgx", nodes=1, overrides=software_overrides(p["torch_cuda"], p["sdpa"],
+                                                                    p["transformer_engine"]))

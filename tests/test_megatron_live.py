@@ -8,7 +8,10 @@ Checks, against the framework's own behaviour and physics rather than recorded n
 - the parameters keep the attributes Megatron sets on them through `.cuda()` / `Float16Module`;
 - PP 2 with interleaving (`batch_p2p_comm` on) and full recompute runs to the end, and every pipeline rank's
   program is complete in the trace;
-- the workload's own step times are the simulated iteration times.
+- the workload's own step times are the simulated iteration times;
+- with the Transformer Engine stand-in (`--transformer-engine`), Megatron's TE layer spec with sequence parallelism:
+  the same gradient-norm coverage (through TE's multi-tensor L2 norm), and per step exactly the collectives of
+  Megatron's and TE's sequence-parallel design, with the bytes of the activations they move.
 """
 
 from __future__ import annotations
@@ -35,14 +38,15 @@ SCRIPT = ROOT / "presets" / "workloads" / "megatron_gpt.py"
 MODEL = "llama-tiny"
 
 
-def phantora_run(tmp: Path, gpus: int, *args: str, cache: Path) -> tuple[subprocess.CompletedProcess, Path, dict]:
+def phantora_run(tmp: Path, gpus: int, *args: str, cache: Path,
+                 run_options: tuple[str, ...] = ()) -> tuple[subprocess.CompletedProcess, Path, dict]:
     env = dict(os.environ)
     env.pop("PYTHONPATH", None)
     env["XDG_CACHE_HOME"] = str(cache)
     trace = tmp / "t.h5"
     summary = tmp / "summary.json"
     proc = subprocess.run([sys.executable, "-m", "phantora.cli", "run", "--cluster", "h100-hgx", "--gpus-per-node",
-                           str(gpus), "--trace", str(trace), "--", "python", str(SCRIPT), "--model", MODEL,
+                           str(gpus), "--trace", str(trace), *run_options, "--", "python", str(SCRIPT), "--model", MODEL,
                            "--json-out", str(summary), *args],
                           capture_output=True, text=True, timeout=900, cwd=str(tmp), env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
@@ -61,28 +65,39 @@ def preset_params() -> tuple[int, int]:
 
 
 def norm_elements(trace: TraceReader, rank: int, lo: float, hi: float) -> int:
-    """Elements of the tensors whose L2 norm a rank computes in the issue window [lo, hi)."""
+    """Elements of the tensors whose L2 norm a rank computes in the issue window [lo, hi): one tensor per
+    `linalg_vector_norm` (Megatron's local norm), or the lists of `_foreach_norm` (TE's multi-tensor norm, whose
+    signature lists (shape, dtype, count) runs; the norm of its per-tensor norms that follows is not a gradient)."""
     names, sigs = trace.names, trace.signatures
     ops = trace.ops(rank)
-    total = 0
+    single = lists = 0
     for o in ops[(ops["issue"] >= lo) & (ops["issue"] < hi)]:
-        if names[o["name"]] == "aten.linalg_vector_norm.default":
+        name = names[o["name"]]
+        if name == "aten.linalg_vector_norm.default":
             shape = json.loads(sigs[o["sig"]])[1][0]
-            total += int(np.prod(shape)) if shape else 1
-    return total
+            single += int(np.prod(shape)) if shape else 1
+        elif name == "aten._foreach_norm.Scalar":
+            for shape, _dtype, count in json.loads(sigs[o["sig"]])[5][0][1]:
+                lists += int(np.prod(shape)) * count
+    return lists or single
 
 
-def collective_bytes(trace: TraceReader, rank: int, name: str, lo: float, hi: float) -> int:
-    names = trace.names
+def collectives_of(trace: TraceReader, rank: int, name: str, lo: float, hi: float,
+                   group: list[int] | None = None) -> list[int]:
+    """Bytes of each `name` collective a rank issues in [lo, hi) (on the group of these ranks, if given)."""
+    names, groups = trace.names, trace.groups
     ops = trace.ops(rank)
     sel = ops[(ops["issue"] >= lo) & (ops["issue"] < hi)]
-    return int(sum(o["nbytes"] for o in sel if names[o["name"]] == name))
+    return [int(o["nbytes"]) for o in sel if names[o["name"]] == name
+            and (group is None or sorted(groups[int(o["group"])][1]) == group)]
 
 
-def test_tp_dp_distributed_optimizer_norms_and_reductions_cover_the_model(tmp_path, stub_cache):
-    proc, path, summary = phantora_run(tmp_path, 4, "--tp", "2", "--distributed-optimizer", "--overlap-grad-reduce",
-                                       "--overlap-param-gather", "--steps", "3", "--seq", "256",
-                                       cache=stub_cache)
+def collective_bytes(trace: TraceReader, rank: int, name: str, lo: float, hi: float,
+                     group: list[int] | None = None) -> int:
+    return sum(collectives_of(trace, rank, name, lo, hi, group))
+
+
+def check_norms_and_dp_reductions(path: Path, summary: dict) -> None:
     params, norms = preset_params()
     assert summary["params"] == params          # the workload counts the same model
     with TraceReader(path) as t:
@@ -99,8 +114,20 @@ def test_tp_dp_distributed_optimizer_norms_and_reductions_cover_the_model(tmp_pa
         # DP: Megatron reduce-scatters fp32 gradients of every local parameter, bucket padding aside
         local = (params - norms) // 2 + norms
         for r in t.ranks:
-            rs = collective_bytes(t, r, "reduce_scatter", *window[r])
+            rs = collective_bytes(t, r, "reduce_scatter", *window[r], group=dp_group(t, r))
             assert local * 4 <= rs <= local * 4 * 1.05, (r, rs, local * 4)
+
+
+def dp_group(trace: TraceReader, rank: int) -> list[int]:
+    """TP 2 x DP 2 on four ranks: the data-parallel peers of a rank."""
+    return sorted({rank, rank ^ 2})
+
+
+def test_tp_dp_distributed_optimizer_norms_and_reductions_cover_the_model(tmp_path, stub_cache):
+    proc, path, summary = phantora_run(tmp_path, 4, "--tp", "2", "--distributed-optimizer", "--overlap-grad-reduce",
+                                       "--overlap-param-gather", "--steps", "3", "--seq", "256",
+                                       cache=stub_cache)
+    check_norms_and_dp_reductions(path, summary)
     # the workload's own step times are the simulated iteration times
     steps = summary["step_times_s"]
     with TraceReader(path) as t:
@@ -144,3 +171,35 @@ def test_interleaved_pipeline_with_recompute_runs_to_the_end(tmp_path, stub_cach
             kinds = {names[i] for i in t.ops(r)["name"]}
             assert {"send", "recv"} <= kinds, kinds
     assert len(summary["step_times_s"]) == 2 and all(s > 0 for s in summary["step_times_s"])
+
+
+def test_transformer_engine_spec_with_sequence_parallelism(tmp_path, stub_cache):
+    seq = 256
+    proc, path, summary = phantora_run(tmp_path, 4, "--tp", "2", "--spec", "te", "--sequence-parallel",
+                                       "--distributed-optimizer", "--overlap-grad-reduce", "--overlap-param-gather",
+                                       "--steps", "3", "--seq", str(seq), cache=stub_cache,
+                                       run_options=("--transformer-engine", "2.9"))
+    check_norms_and_dp_reductions(path, summary)
+    m = tomllib.loads((ROOT / "presets" / "models" / f"{MODEL}.toml").read_text())
+    layers, dim = m["n_layers"], m["dim"]
+    activation = seq * 1 * dim * 2                      # one micro-batch's [s, b, h] in bf16
+    with TraceReader(path) as t:
+        for r in t.ranks:
+            lo, hi = t.iterations(r)[:2]
+            tp = sorted({r, r ^ 1})
+            gathers = collectives_of(t, r, "all_gather", lo, hi, tp)
+            scatters = collectives_of(t, r, "reduce_scatter", lo, hi, tp)
+            # Per layer, TE's column-parallel GEMMs (qkv, fc1) gather their input shard in forward and again in
+            # backward (only the shard is kept), and reduce-scatter their input gradient; its row-parallel GEMMs
+            # (proj, fc2) reduce-scatter their output and gather its gradient: 6 gathers, 4 reduce-scatters.
+            # Megatron adds the embedding's reduce-scatter (backward: a gather) and the output layer's gather
+            # (forward, again in backward; backward: a reduce-scatter).
+            assert len(gathers) == 6 * layers + 3, (r, len(gathers))
+            assert len(scatters) == 4 * layers + 2, (r, len(scatters))
+            # a gather moves a rank's shard (1/tp of the activation); a reduce-scatter's input is the whole one
+            assert set(gathers) == {activation // 2}, (r, set(gathers))
+            assert set(scatters) == {activation}, (r, set(scatters))
+            # Megatron all-reduces the gradients of the sequence-parallel norm weights (TE tags them) over TP:
+            # two norms per layer and the final one, fp32
+            norms_ar = collectives_of(t, r, "all_reduce", lo, hi, tp)
+            assert (2 * layers + 1) * dim * 4 in norms_ar, (r, norms_ar)

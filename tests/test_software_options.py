@@ -46,6 +46,19 @@ def test_bad_values_name_the_key(torch_cuda, sdpa, key, bad):
     assert f"'{key}'" in str(err.value) and f"'{bad}'" in str(err.value)
 
 
+@pytest.mark.parametrize("release,accepted", [("2.9", True), ("2.1.0", True), ("1.13", False), ("latest", False)])
+def test_transformer_engine_release(release, accepted):
+    """`--transformer-engine VERSION`: a TE 2.x release (the stand-in follows TE 2.x's API), else an error naming
+    the key and the value."""
+    overrides = software_overrides(None, None, release)
+    if accepted:
+        assert load_cluster("h100-hgx", nodes=1, overrides=overrides).software.transformer_engine == release
+        return
+    with pytest.raises(PresetError) as err:
+        load_cluster("h100-hgx", nodes=1, overrides=overrides)
+    assert "'software.transformer_engine'" in str(err.value) and release in str(err.value)
+
+
 # ---- the ranks' environment -------------------------------------------------------------------------------------------
 
 def _rank_env(spec, monkeypatch) -> dict[str, str]:
@@ -61,8 +74,9 @@ def _rank_env(spec, monkeypatch) -> dict[str, str]:
 
 
 def test_rank_environment_carries_the_software(monkeypatch):
-    spec = load_cluster("h100-hgx", nodes=1, overrides=software_overrides("2.6", "flash,efficient,math"))
+    spec = load_cluster("h100-hgx", nodes=1, overrides=software_overrides("2.6", "flash,efficient,math", "2.9"))
     env = _rank_env(spec, monkeypatch)
+    assert env["PHANTORA_TRANSFORMER_ENGINE"] == "2.9"
     assert env["PHANTORA_TORCH_CUDA"] == "2.6"
     assert env["PHANTORA_SDPA"] == "flash,efficient,math"
     # and the rank's stubs read back the same release and order
@@ -77,11 +91,12 @@ def test_rank_environment_carries_the_software(monkeypatch):
         monkeypatch.setenv(k, v)
     cfg = StubConfig.from_env()
     assert cfg.torch_cuda == (2, 6) and cfg.sdpa == ("flash", "efficient", "math")
+    assert cfg.transformer_engine == "2.9"
 
 
 def test_rank_environment_without_software_is_empty(monkeypatch):
     env = _rank_env(load_cluster("h100-hgx", nodes=1), monkeypatch)
-    assert env["PHANTORA_TORCH_CUDA"] == "" and env["PHANTORA_SDPA"] == ""
+    assert env["PHANTORA_TORCH_CUDA"] == "" and env["PHANTORA_SDPA"] == "" and env["PHANTORA_TRANSFORMER_ENGINE"] == ""
 
 
 # ---- the command line -------------------------------------------------------------------------------------------------

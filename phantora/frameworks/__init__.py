@@ -43,6 +43,7 @@ class ModelRecipe:
     supported: bool          # the framework release can train this model
     verified: bool           # a simulated run of it has been checked to run to the end
     notes: str = ""
+    run_options: str = ""    # options of `phantora run` the recipe needs (the cluster's software: --transformer-engine)
 
 
 @dataclass(frozen=True)
@@ -103,6 +104,7 @@ class TableRow:
     module: str
     config: str
     notes: str
+    run_options: str = ""
 
 
 def framework_table(frameworks: list[str] | None = None) -> list[TableRow]:
@@ -117,16 +119,20 @@ def framework_table(frameworks: list[str] | None = None) -> list[TableRow]:
             if r is None:
                 rows.append(TableRow(model, fw_name, False, False, "", "", "no entry in the framework preset"))
             else:
-                rows.append(TableRow(model, fw_name, r.supported, r.verified, r.module, r.config, r.notes))
+                rows.append(TableRow(model, fw_name, r.supported, r.verified, r.module, r.config, r.notes,
+                                     r.run_options))
     return rows
 
 
 def format_table(rows: list[TableRow]) -> str:
-    """The table as text: model, framework, status, module/config."""
+    """The table as text: model, framework, status, module/config (after `[run: OPTIONS]` when the recipe needs
+    options of `phantora run`)."""
     lines = [f"  {'model':<16} {'framework':<12} {'status':<12} {'module / config'}"]
     for r in rows:
         status = "verified" if r.verified else ("supported" if r.supported else "-")
         where = f"{r.module} / {r.config}" if r.supported else r.notes
+        if r.supported and r.run_options:
+            where = f"[run: {r.run_options}] {where}"
         lines.append(f"  {r.model:<16} {r.framework:<12} {status:<12} {where}")
     return "\n".join(lines)
 

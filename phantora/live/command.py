@@ -162,6 +162,9 @@ def _check_program_start(program: list[str]) -> None:
 @click.option("--sdpa", default=None, metavar="LIST",
               help="SDPA backends in priority order, e.g. flash,efficient,math (overrides torch's and the "
                    "script's choice).")
+@click.option("--transformer-engine", "transformer_engine", default=None, metavar="VERSION",
+              help="The ranks import Transformer Engine VERSION (2.x): a stand-in whose layers issue the GEMMs, "
+                   "norms, fused attention and tensor-parallel collectives TE launches (docs/megatron.md).")
 @click.option("--routing", "routing_text", default="balanced", show_default=True,
               metavar="balanced|zipf:S|file:PATH|loads:L0,L1,...",
               help="Expert routing a mixture-of-experts step assumes (routers read data a simulation does not "
@@ -196,7 +199,7 @@ def _check_program_start(program: list[str]) -> None:
 def run_cmd(cluster, nodes, gpus_per_node, gpu, overrides, ranks, pp_degree, trace, no_trace, summary_json,
             tokens_per_iteration, model, seq, hang_timeout, algo, proto, torch_cuda, sdpa, profile, quiet,
             program, force_ranks=False, host_cpu="model", overwrite=False, local_rank_arg=False,
-            routing_text="balanced", **torchrun):
+            transformer_engine=None, routing_text="balanced", **torchrun):
     """Run an unmodified PyTorch program on a virtual cluster (a drop-in for torchrun).
 
     Every rank gets RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT as torchrun sets
@@ -218,7 +221,7 @@ def run_cmd(cluster, nodes, gpus_per_node, gpu, overrides, ranks, pp_degree, tra
         check_program(program_argv(list(program)))    # a missing script or command: before anything starts
         for note in notes:
             click.echo(f"phantora: {note}", err=True)
-        overrides = list(overrides) + software_overrides(torch_cuda, sdpa)
+        overrides = list(overrides) + software_overrides(torch_cuda, sdpa, transformer_engine)
         spec = load_cluster(cluster, nodes=nodes, gpus_per_node=gpus_per_node, gpu=gpu, overrides=overrides)
         plan = plan_ranks(ranks, spec.world_size, list(program), pp_degree)
         routing = parse_routing(routing_text, base=Path.cwd())

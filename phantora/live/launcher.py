@@ -226,6 +226,7 @@ def rank_environment(opts: RunOptions, server: EngineServer, rank: int, port: in
         "PYTHONHASHSEED": env.get("PYTHONHASHSEED", "0"),
         "PHANTORA_EPOCH": repr(epoch),
         "PHANTORA_TORCH_CUDA": spec.software.torch_cuda, "PHANTORA_SDPA": ",".join(spec.software.sdpa),
+        "PHANTORA_TRANSFORMER_ENGINE": spec.software.transformer_engine,
         ROUTING_ENV: getattr(opts, "routing", BALANCED).text(),
         # what torchrun sets
         "RANK": str(rank), "WORLD_SIZE": str(spec.world_size), "LOCAL_RANK": str(rank % gpn),

@@ -57,6 +57,7 @@ class RunSummary:
     host_cpu: dict | None = None                      # how the framework's host time was found (trace meta's)
     routing: dict | None = None                       # the expert routing assumed (trace meta's)
     outside_bytes: dict[int, dict[str, int]] = field(default_factory=dict)   # per rank: memory outside the allocator
+    software: str = ""                                # the cluster's [software] the ranks ran with, in words ("" = their own)
 
     @property
     def iteration_s(self) -> float | None:
@@ -133,6 +134,8 @@ class RunSummary:
             lines.append(f"  simulation       {self.wall_per_iteration_s:.2f} s wall per iteration{rss}")
         if self.host_cpu:
             lines.append(f"  host CPU         {host_cpu_text(self.host_cpu)}")
+        if self.software:
+            lines.append(f"  software         {self.software}")
         if skewed(self.routing):
             lines.append(f"  expert routing   {describe_routing(self.routing)}")
         if self.trace:
@@ -148,6 +151,18 @@ def host_cpu_text(host: dict) -> str:
         return f"measured on this machine (thread CPU time{scaled}): depends on the machine that simulates"
     return (f"modelled: {host.get('py_call_ns', 0):g} ns per Python call, {host.get('c_call_ns', 0):g} ns per "
             f"built-in call, {host.get('dispatch_us', 0):g} us per aten dispatch{scaled} (docs/host-cpu.md)")
+
+
+def software_text(software) -> str:
+    """The cluster's `[software]` in words, for the summary ("" when the ranks ran with their own)."""
+    parts = []
+    if software.torch_cuda:
+        parts.append(f"torch {software.torch_cuda} CUDA kernel choices")
+    if software.sdpa:
+        parts.append("SDPA " + ",".join(software.sdpa))
+    if software.transformer_engine:
+        parts.append(f"Transformer Engine {software.transformer_engine} (stand-in, docs/megatron.md)")
+    return "; ".join(parts)
 
 
 def _ranks(ranks: list[int]) -> str:
@@ -171,6 +186,7 @@ def summarize_run(engine, trace_path: str | None, *, tokens_per_iteration: float
                    trace=trace_path if keep_trace else None, host_cpu=host_cpu, routing=routing)
     import resource
     s.outside_bytes = {r: dict(rs.outside.parts) for r, rs in engine.ranks.items()}
+    s.software = software_text(spec.software)
     s.rank_peak_rss_bytes = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
     s.engine_peak_rss_bytes = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     wall_marks = [m for m in wall_marks_s if m is not None] if wall_marks_s else []

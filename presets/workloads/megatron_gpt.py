@@ -10,11 +10,12 @@ under `phantora run`. What it does, with Megatron-core's own pieces only:
 - `parallel_state.initialize_model_parallel(tp, pp, vpp)` and `model_parallel_cuda_manual_seed`;
 - `GPTModel` with a Llama shape from a model preset TOML (RMSNorm, SwiGLU, RoPE, grouped-query attention, untied
   output head), built with `get_gpt_layer_local_spec()` (`--spec local`, Megatron-core's own modules) or
-  `get_gpt_layer_with_transformer_engine_spec()` (`--spec te`, needs Transformer Engine);
+  `get_gpt_layer_with_transformer_engine_spec()` (`--spec te`, needs Transformer Engine: under `phantora run`,
+  `--transformer-engine 2.9`);
 - bf16 through `Float16Module`, Megatron's `DistributedDataParallel` (`--overlap-grad-reduce`,
   `--overlap-param-gather`) and `get_megatron_optimizer` (Adam, `--distributed-optimizer`, `--clip-grad`);
 - `get_forward_backward_func()`: no pipelining, 1F1B, or interleaved 1F1B with `--vpp N`;
-- `--recompute none|full|selective`, `--sequence-parallel`;
+- `--recompute none|full|selective`, `--sequence-parallel` (with the TE spec);
 - random tokens; rank 0 prints one line per step and a final `SUMMARY {json}` line (the same keys as
   presets/workloads/llama.py's).
 
@@ -24,6 +25,7 @@ Bad arguments end the run with one line on stderr and exit status 2.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
 import time
 from functools import partial
@@ -84,6 +86,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         raise UsageError("--vpp needs --pp >= 2 and a value >= 2")
     if args.sequence_parallel and args.tp == 1:
         raise UsageError("--sequence-parallel needs --tp > 1")
+    if args.sequence_parallel and args.spec != "te":
+        raise UsageError("--sequence-parallel needs --spec te (Megatron-core's torch norms refuse sequence "
+                         "parallelism)")
     if args.kernel_profile and args.steps < KERNEL_PROFILE_STEPS[-1]:
         raise UsageError("--kernel-profile records steps 3-4: it needs --steps 4 or more")
     if args.overlap_param_gather and not args.distributed_optimizer:
@@ -122,6 +127,8 @@ def build_model(args, a: ModelArgs):
         virtual_pipeline_model_parallel_size=args.vpp, sequence_parallel=args.sequence_parallel,
         batch_p2p_comm=not args.no_batch_p2p, variable_seq_lengths=False, **recompute)
     if args.spec == "te":
+        if importlib.util.find_spec("transformer_engine") is None:
+            raise UsageError("--spec te needs Transformer Engine (under phantora run: --transformer-engine 2.9)")
         from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_with_transformer_engine_spec
         spec = get_gpt_layer_with_transformer_engine_spec()
     else:

@@ -145,14 +145,17 @@ def install() -> context.Context | None:
     if is_rank_child():
         # A child started with spawn (a multiprocessing Manager, a DataLoader worker) imports the program's main
         # module again: it finds the packages its rank found, the triton stand-in included, as on a GPU machine.
-        from . import triton_stub
+        from . import standins, triton_stub
         when_imported("torch", lambda torch: triton_stub.install())
+        standins.provide(os.environ.get("PHANTORA_TRANSFORMER_ENGINE", "").strip())
         return None
     from .errors import die_with_launcher, install_stack_dump
     die_with_launcher(os.environ.get("PHANTORA_LAUNCHER_PID"))
     if os.environ.get("PHANTORA_STACK_FILE"):
         install_stack_dump(os.environ["PHANTORA_STACK_FILE"])      # the launcher's hang / deadlock reports
     config = StubConfig.from_env()
+    from . import standins
+    standins.provide(config.transformer_engine)
     gpu = load_gpu(config.gpu)
     capacity = config.vram_bytes or gpu.memory_bytes
     runtime = make_runtime(config, gpu, capacity)

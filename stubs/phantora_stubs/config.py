@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass
 
 from phantora import hostcpu, routing
-from phantora.software import SDPA_BACKENDS, parse_release
+from phantora.software import SDPA_BACKENDS, parse_release, te_release_problem
 
 from .errors import StubConfigError
 
@@ -52,6 +52,7 @@ class StubConfig:
     host_cpu: str = hostcpu.DEFAULT_MODE   # PHANTORA_HOST_CPU: model (counted host work, priced) or measured
     host_costs: hostcpu.HostCosts | None = None   # PHANTORA_HOST_COSTS: py_call_ns,c_call_ns,dispatch_us
     cluster: str = DEFAULT_CLUSTER  # PHANTORA_CLUSTER: cluster preset or TOML the LocalRuntime's engine simulates
+    transformer_engine: str = ""   # PHANTORA_TRANSFORMER_ENGINE: TE release the stand-in answers as ("" = none)
     routing: routing.RoutingSpec = routing.BALANCED   # PHANTORA_ROUTING: expert routing assumed (phantora/routing.py)
 
     @classmethod
@@ -86,7 +87,8 @@ class StubConfig:
                    launch_overhead_s=overhead_us * 1e-6, epoch=_float("PHANTORA_EPOCH", None),
                    oplog=os.environ.get("PHANTORA_OPLOG") or None, torch_cuda=_release("PHANTORA_TORCH_CUDA"),
                    sdpa=_sdpa("PHANTORA_SDPA"), host_cpu=_host_mode(), host_costs=_host_costs(),
-                   cluster=os.environ.get("PHANTORA_CLUSTER") or DEFAULT_CLUSTER, routing=_routing())
+                   cluster=os.environ.get("PHANTORA_CLUSTER") or DEFAULT_CLUSTER,
+                   transformer_engine=_te_release("PHANTORA_TRANSFORMER_ENGINE"), routing=_routing())
 
 
 def _host_mode() -> str:
@@ -116,6 +118,14 @@ def _release(name: str) -> tuple[int, int] | None:
     if release is None:
         raise StubConfigError(f"environment variable {name}={raw!r} must be a torch release like 2.6 or 2.11.0")
     return release
+
+
+def _te_release(name: str) -> str:
+    raw = (os.environ.get(name) or "").strip()
+    problem = te_release_problem(raw) if raw else None
+    if problem:
+        raise StubConfigError(f"environment variable {name}: {problem}")
+    return raw
 
 
 def _routing() -> routing.RoutingSpec:

@@ -8,13 +8,26 @@ host time of a host loop. `HOOKS` maps a framework module to the function that p
 
 - `deepspeed.py`: DeepSpeed's compiled ops (FusedAdam, FusedLamb, the CPU optimizers of ZeRO-Offload)
   and its engine's optimizer step as the iteration boundary (docs/deepspeed.md).
+- `kernels.py`: the torch ops that stand for the fused optimizers' multi-tensor kernels, shared by the above.
+
+A package that does not install on a CPU-only machine at all, but is part of the simulated cluster's software, is a
+stand-in package under `packages/`, importable under its own name when the run asks for it (`provide`):
+
+- `packages/transformer_engine`: Transformer Engine's Python API (`phantora run --transformer-engine VERSION`;
+  docs/megatron.md).
 """
 
 from __future__ import annotations
 
+import importlib.abc
+import importlib.machinery
+import os
+import sys
 from typing import Any, Callable
 
 from . import deepspeed
+
+PACKAGES_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "packages")
 
 HOOKS: dict[str, Callable[[Any], None]] = {
     "deepspeed.ops.op_builder.builder": deepspeed.install,
@@ -26,3 +39,27 @@ def install(when_imported: Callable[[str, Callable[[Any], None]], None]) -> None
     """Register every stand-in's import hook."""
     for module, hook in HOOKS.items():
         when_imported(module, hook)
+
+
+class _PackageFinder(importlib.abc.MetaPathFinder):
+    """Answers the import of a stand-in package's top-level name from packages/ (its submodules then resolve
+    through the package's own path)."""
+
+    def __init__(self, names: set[str]):
+        self.names = names
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname in self.names:
+            return importlib.machinery.PathFinder.find_spec(fullname, [PACKAGES_DIR])
+        return None
+
+
+def provide(transformer_engine: str = "") -> None:
+    """Make the stand-in packages the run asks for importable (before the program imports anything); a
+    Transformer Engine release answers as `transformer_engine.__version__`."""
+    names = set()
+    if transformer_engine:
+        os.environ["PHANTORA_TRANSFORMER_ENGINE"] = transformer_engine
+        names.add("transformer_engine")
+    if names and not any(isinstance(f, _PackageFinder) for f in sys.meta_path):
+        sys.meta_path.insert(0, _PackageFinder(names))

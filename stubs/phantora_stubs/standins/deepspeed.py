@@ -22,35 +22,23 @@ from __future__ import annotations
 import types
 from typing import Any
 
+from . import kernels
+
 # bytes each optimizer's host loop reads and writes per fp32 element: Adam p, g, m, v read and p, m, v written
 # (7 x 4); Adagrad p, g, v read and p, v written (5 x 4); Lion p, g, m read and p, m written (5 x 4).
 # FusedLion (GPU) has no stand-in: torch has no fused kernel of its traffic that runs on fake tensors.
 HOST_BYTES_PER_ELEMENT = {"adam": 28, "adagrad": 20, "lion": 20}
 
 
-def _step_tensor(ref, cache: dict):
-    key = ref.device
-    t = cache.get(key)
-    if t is None:
-        import torch
-        t = cache[key] = torch.zeros((), dtype=torch.float32, device=ref.device)
-    return t
-
-
 def _fused_adam_module() -> types.ModuleType:
-    import torch
     mod = types.ModuleType("phantora_fused_adam")
-    steps: dict = {}
+    steps = kernels.StepTensors()
 
     def multi_tensor_adam(chunk_size, noop_flag, tensor_lists, lr, beta1, beta2, eps, step, adam_w_mode,
                           bias_correction, weight_decay):
         g, p, m, v = tensor_lists
-        if not p:
-            return
-        fn = torch._fused_adamw_ if adam_w_mode else torch._fused_adam_
-        fn(list(p), list(g), list(m), list(v), [], [_step_tensor(p[0], steps)] * len(p), lr=float(lr),
-           beta1=float(beta1), beta2=float(beta2), weight_decay=float(weight_decay), eps=float(eps),
-           amsgrad=False, maximize=False)
+        kernels.fused_adam(p, g, m, v, steps, lr=lr, beta1=beta1, beta2=beta2, eps=eps, weight_decay=weight_decay,
+                           adam_w_mode=bool(adam_w_mode))
 
     mod.multi_tensor_adam = multi_tensor_adam
     return mod
@@ -59,13 +47,12 @@ def _fused_adam_module() -> types.ModuleType:
 def _fused_lamb_module() -> types.ModuleType:
     import torch
     mod = types.ModuleType("phantora_fused_lamb")
-    steps: dict = {}
+    steps = kernels.StepTensors()
 
     def lamb(p, p_copy, m, v, g, lr, beta1, beta2, max_coeff, min_coeff, eps, grad_scale, step, eps_mode,
              bias_correction, decay):
-        torch._fused_adamw_([p], [g], [m], [v], [], [_step_tensor(p, steps)], lr=float(lr), beta1=float(beta1),
-                            beta2=float(beta2), weight_decay=float(decay), eps=float(eps), amsgrad=False,
-                            maximize=False)
+        kernels.fused_adam([p], [g], [m], [v], steps, lr=lr, beta1=beta1, beta2=beta2, eps=eps, weight_decay=decay,
+                           adam_w_mode=True)
         norms = torch._foreach_norm([p, m])
         return norms[0] / norms[1]          # the trust ratio, a device scalar as the kernel returns
 

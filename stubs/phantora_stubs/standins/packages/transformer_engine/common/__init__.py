@@ -1,0 +1,3 @@
+"""transformer_engine.common: the recipes."""
+
+from . import recipe  # noqa: F401
