@@ -6,15 +6,15 @@ indices are placeholders, every per-expert count derived from them reads 0, and 
 grouped-GEMM offsets a framework computes from those counts are 0 too (its experts get no tokens). Here the
 indices are marked instead, as a *route*: "each of these rows picks `top_k` of `experts` experts". The mark follows
 the tensor through reshapes, copies and the one-hot routing maps frameworks build from it (`scatter` into the
-expert dimension, `one_hot`), and an op that counts the picks per expert (a sum of a routing map over every token
-dimension, `bincount`, `histc`) gets a known value: the counts of the run's routing distribution
+expert dimension, `one_hot`, the sum of two maps), and an op that counts the picks per expert (a sum of a routing
+map over every token dimension, `bincount`, `histc`) gets a known value: the counts of the run's routing distribution
 (`phantora.routing.expert_counts`, `phantora run --routing`, balanced by default). From there the values rules
 (values.py) and the collectives that carry small known values (exchange.py) take the counts to the split lists and
 offsets, so the all-to-all moves, and the expert GEMMs compute, the tokens the distribution assigns.
 
 Nothing here is framework code: TorchTitan (`scatter_` of the top-k ids, `sum(dim=(0, 1))`), Megatron-core
-(`scatter` into a routing map, `sum(dim=0)`) and DeepSpeed (`one_hot` of an argmax, `sum(dim=0)`) count the same
-way.
+(`scatter` into a routing map, `sum(dim=0)`) and DeepSpeed (`one_hot` of an argmax, top-2's two masks added,
+`sum(dim=0)`) count the same way.
 """
 
 from __future__ import annotations
@@ -83,6 +83,11 @@ class RouteTable:
             self._scatter(args, kwargs, out)
         elif packet == "eq":
             self._compare(args, out)
+        elif packet == "add" and len(args) > 1:
+            other = self.get(args[1])          # two routing maps added: every row carries both picks
+            if src is not None and other is not None and src.kind == other.kind == "map" \
+                    and src.experts == other.experts and isinstance(out, FakeTensor):
+                self._mark(out, Route("map", src.experts, src.top_k + other.top_k))
         elif packet == "one_hot":
             ids = src
             if ids is not None and ids.kind == "ids" and isinstance(out, FakeTensor) and out.shape[-1] == ids.experts:
