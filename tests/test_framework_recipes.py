@@ -29,12 +29,15 @@ def load_script(path: Path):
 
 
 def megatron_layout(mod, args, a) -> None:
-    world = args.tp * args.pp * 2
-    assert mod.check_layout(args, a, world) == 2
+    world = args.tp * args.pp * 2 * args.ep
+    assert mod.check_layout(args, a, world, mod.load_moe_shape(args.model)) == 2 * args.ep
 
 
 def deepspeed_layout(mod, args, a) -> None:
     assert mod.ds_config(args, 8)["zero_optimization"]["stage"] == args.zero
+    moe = mod.moe_args(args, mod.resolve_model_path(args.model))
+    if moe is not None:                  # DeepSpeed's MoE layer: ZeRO 0-2, experts split evenly over --ep
+        assert args.zero <= 2 and args.pp == 1 and moe.experts % moe.ep == 0
 
 
 @pytest.mark.parametrize("framework, script, layout", [
@@ -50,7 +53,7 @@ def test_every_recipe_of_the_framework_preset_is_accepted_by_the_workload(framew
     for name, r in rows:
         assert r.module == f"presets/workloads/{script}"
         args = mod.parse_args(["--model", name, *shlex.split(r.config)])
-        a = mod.load_model_args(args.model, args.layers, dense_only=True)
+        a = mod.load_model_args(args.model, args.layers)
         layout(mod, args, a)
         if r.run_options:
             check_run_options(r.run_options)

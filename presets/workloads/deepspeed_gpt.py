@@ -16,6 +16,10 @@ It imports nothing from Phantora: the same file measures ground truth on real GP
   `--offload-optimizer cpu`, `--clip-grad`, `--grad-accum`, ZeRO's bucket and prefetch sizes), with
   `--ds-config FILE.json` merged over it;
 - `--ac full`: every block through `deepspeed.checkpointing.checkpoint`;
+- a mixture-of-experts preset (mixtral-8x7b): every block's MLP is DeepSpeed's MoE layer
+  (`deepspeed.moe.layer.MoE` over the preset's SwiGLU experts, its top-k gate, `--ep N` expert parallelism,
+  `--capacity-factor`, `--no-drop-tokens`), the gate's auxiliary loss added with weight 0.01 and the optimizer's
+  parameter groups split for the experts (`split_params_into_different_moe_groups_for_optimizer`); ZeRO 0-2;
 - `--pp N`: DeepSpeed's PipelineEngine (`PipelineModule` of LayerSpecs: embedding, one layer per block, norm and head,
   split evenly; `engine.train_batch` runs --grad-accum micro-batches through the stages, ZeRO 0/1);
 - random tokens; rank 0 prints one line per step and a final `SUMMARY {json}` line (the same keys as
@@ -27,6 +31,7 @@ Bad arguments end the run with one line on stderr and exit status 2.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -41,7 +46,7 @@ from deepspeed_common import add_deepspeed_options, check_deepspeed_options, ds_
 from llama import Transformer, count_params  # noqa: E402
 from workload_common import (KERNEL_PROFILE_STEPS, ModelArgs, Parser, UsageError, cuda_main,  # noqa: E402
                              flops_per_token, lm_step_line, lm_summary, load_model_args, peak_tflops_for,
-                             start_kernel_profile, write_kernel_profile, write_summary)
+                             resolve_model_path, start_kernel_profile, write_kernel_profile, write_summary)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -55,6 +60,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="activation checkpointing of every block (deepspeed.checkpointing)")
     p.add_argument("--pp", type=int, default=1,
                    help="pipeline stages (DeepSpeed's PipelineEngine; --grad-accum micro-batches per step, ZeRO 0-1)")
+    p.add_argument("--ep", type=int, default=1, help="expert-parallel degree of a mixture-of-experts preset")
+    p.add_argument("--capacity-factor", type=float, default=1.0, help="MoE expert capacity factor")
+    p.add_argument("--no-drop-tokens", action="store_true",
+                   help="MoE without dropping: each expert's capacity is the busiest expert's token count")
     p.add_argument("--json-out", default=None, help="also write the SUMMARY json to this file (rank 0)")
     p.add_argument("--kernel-profile", default=None, metavar="DIR",
                    help="on a real GPU: record steps 3-4 with torch.profiler and write the in-situ kernel times to DIR "
@@ -74,12 +83,60 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-class LlamaLM(nn.Module):
-    """The Llama of llama.py with the cross-entropy loss inside, and each block optionally checkpointed."""
+@dataclasses.dataclass(frozen=True)
+class MoEArgs:
+    experts: int
+    top_k: int
+    ep: int
+    capacity_factor: float
+    drop_tokens: bool
 
-    def __init__(self, a: ModelArgs, seq: int, checkpoint):
+
+def moe_args(args, path: Path) -> MoEArgs | None:
+    """The preset's mixture of experts (None for a dense preset), with the run's options."""
+    import tomllib
+
+    data = tomllib.loads(path.read_text())
+    if not data.get("num_experts"):
+        if args.ep != 1:
+            raise UsageError(f"--ep {args.ep}: {path.stem} is a dense model")
+        return None
+    if data.get("moe_ffn_dim", data["ffn_dim"]) != data["ffn_dim"] or data.get("shared_experts") or \
+            data.get("moe_bias") or data.get("head_dim", data["dim"] // data["n_heads"]) != data["dim"] // data["n_heads"]:
+        raise UsageError(f"{path.stem}: only Llama-shaped MoE presets (SwiGLU experts, no shared experts or biases, "
+                         f"head size dim / heads) are built here")
+    return MoEArgs(int(data["num_experts"]), int(data["experts_per_token"]), args.ep, args.capacity_factor,
+                   not args.no_drop_tokens)
+
+
+class MoEFeedForward(nn.Module):
+    """DeepSpeed's MoE layer over the preset's SwiGLU experts; keeps the gate's auxiliary loss of the last call."""
+
+    def __init__(self, a: ModelArgs, m: MoEArgs):
         super().__init__()
-        self.model = Transformer(a, seq_len=seq)
+        from deepspeed.moe.layer import MoE
+        from llama import FeedForward
+        self.moe = MoE(hidden_size=a.dim, expert=FeedForward(a), num_experts=m.experts, ep_size=m.ep, k=m.top_k,
+                       capacity_factor=m.capacity_factor, eval_capacity_factor=m.capacity_factor,
+                       drop_tokens=m.drop_tokens, min_capacity=4)
+        self.aux = None
+
+    def forward(self, x):
+        out, self.aux, _ = self.moe(x)
+        return out
+
+
+class LlamaLM(nn.Module):
+    """The Llama of llama.py with the cross-entropy loss inside, and each block optionally checkpointed; with
+    `moe`, each block's MLP is DeepSpeed's MoE layer and the gates' auxiliary losses join the loss."""
+
+    def __init__(self, a: ModelArgs, seq: int, checkpoint, moe: MoEArgs | None = None):
+        super().__init__()
+        # with experts, the dense MLPs are built at a token size and replaced (never held at full size)
+        self.model = Transformer(dataclasses.replace(a, ffn_dim=8) if moe else a, seq_len=seq)
+        if moe:
+            for block in self.model.layers.values():
+                block.feed_forward = MoEFeedForward(a, moe)
         self.checkpoint = checkpoint
 
     def forward(self, tokens, labels):
@@ -89,7 +146,9 @@ class LlamaLM(nn.Module):
         for layer in m.layers.values():
             h = self.checkpoint(layer, h, cos, sin) if self.checkpoint else layer(h, cos, sin)
         logits = m.output(m.norm(h))
-        return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten())
+        loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten())
+        aux = [b.feed_forward.aux for b in m.layers.values() if isinstance(b.feed_forward, MoEFeedForward)]
+        return loss + 0.01 * sum(aux) if aux else loss
 
 
 class EmbedPipe(nn.Module):
@@ -144,7 +203,7 @@ def build_pipeline(args, a: ModelArgs, device: torch.device):
                               checkpointable_layers=["BlockPipe"])
 
 
-def build_model(args, a: ModelArgs, config: dict, device: torch.device) -> LlamaLM:
+def build_model(args, a: ModelArgs, config: dict, device: torch.device, moe: MoEArgs | None = None) -> LlamaLM:
     import deepspeed
 
     checkpoint = None
@@ -157,7 +216,7 @@ def build_model(args, a: ModelArgs, config: dict, device: torch.device) -> Llama
             model = LlamaLM(a, args.seq, checkpoint)
     else:
         with torch.device(device):
-            model = LlamaLM(a, args.seq, checkpoint)
+            model = LlamaLM(a, args.seq, checkpoint, moe)
     with torch.no_grad():
         model.model.rope_cos, model.model.rope_sin = (
             t.to(device) for t in (model.model.rope_cos, model.model.rope_sin))
@@ -177,12 +236,21 @@ def train(args, a: ModelArgs, rank: int, local_rank: int, world: int) -> None:
         raise UsageError(f"{a.n_layers} layers and the embedding and head do not fill {args.pp} pipeline stages")
     dp = world // args.pp
     config = ds_config(args, dp)
+    moe = moe_args(args, resolve_model_path(args.model))
+    if moe is not None:
+        if args.pp > 1 or args.zero == 3:
+            raise UsageError("DeepSpeed's MoE layer trains with ZeRO 0-2 and without --pp")
+        if world % moe.ep or moe.experts % moe.ep:
+            raise UsageError(f"--ep {moe.ep} must divide the world ({world}) and the experts ({moe.experts})")
     if args.pp > 1:
         model = build_pipeline(args, a, device)
     else:
-        model = build_model(args, a, config, device)
-    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=[p for p in model.parameters()
-                                                                           if p.requires_grad], config=config)
+        model = build_model(args, a, config, device, moe)
+    params = [p for p in model.parameters() if p.requires_grad]
+    if moe is not None:
+        from deepspeed.moe.utils import split_params_into_different_moe_groups_for_optimizer
+        params = split_params_into_different_moe_groups_for_optimizer({"params": params, "name": "params"})
+    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=params, config=config)
 
     generator = torch.Generator(device=device)
     generator.manual_seed(args.seed + rank)
@@ -195,6 +263,10 @@ def train(args, a: ModelArgs, rank: int, local_rank: int, world: int) -> None:
 
     batches = micro_batches()
     n_params, n_params_no_emb = count_params(a)
+    if moe is not None:     # every token runs top_k experts: FLOPs of the active parameters (TorchTitan's MoE rule)
+        routers = a.n_layers * a.dim * moe.experts
+        n_params = count_params(dataclasses.replace(a, ffn_dim=a.ffn_dim * moe.experts))[0] + routers
+        n_params_no_emb = count_params(dataclasses.replace(a, ffn_dim=a.ffn_dim * moe.top_k))[1] + routers
     fpt = flops_per_token(a, args.seq, n_params_no_emb)
     tokens_per_step = args.micro_batch * args.grad_accum * dp * args.seq
     device_name = torch.cuda.get_device_name(device)
@@ -238,14 +310,16 @@ def train(args, a: ModelArgs, rank: int, local_rank: int, world: int) -> None:
 
     if log:
         optimizer = type(getattr(engine.optimizer, "optimizer", engine.optimizer)).__name__
-        summary = lm_summary("deepspeed_gpt", a, count_params(a), fpt, tokens_per_step, times, losses, world, peak,
+        summary = lm_summary("deepspeed_gpt", a, (n_params, n_params_no_emb), fpt, tokens_per_step, times, losses,
+                             world, peak,
                              torch.cuda.max_memory_allocated(device) / 2**30, device_name,
                              {"world_size": world, "pp": args.pp, "dp": dp, "zero": args.zero,
                               "precision": args.precision, "micro_batch": args.micro_batch,
                               "grad_accum": args.grad_accum, "seq": args.seq, "ac": args.ac,
                               "offload_optimizer": args.offload_optimizer, "torch_adam": args.torch_adam,
                               "clip_grad": args.clip_grad, "bucket_mb": args.bucket_mb,
-                              "overlap_comm": not args.no_overlap_comm, "steps": args.steps, "optimizer": optimizer})
+                              "overlap_comm": not args.no_overlap_comm, "steps": args.steps, "optimizer": optimizer,
+                              "moe": dataclasses.asdict(moe) if moe else None})
         write_summary(summary, args.json_out)
     torch.distributed.destroy_process_group()
 
@@ -253,7 +327,7 @@ def train(args, a: ModelArgs, rank: int, local_rank: int, world: int) -> None:
 def main(argv=None) -> int:
     def parse():
         args = parse_args(argv)
-        return args, load_model_args(args.model, args.layers, dense_only=True)
+        return args, load_model_args(args.model, args.layers)
 
     def start(parsed, world: int, rank: int, local_rank: int) -> None:
         args, a = parsed
