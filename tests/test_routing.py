@@ -143,3 +143,5 @@ def test_ranks_exchange_their_counts_and_the_trace_says_what_was_assumed(tmp_pat
     assert TraceReader(str(trace)).meta["routing"] == {"kind": "zipf", "exponent": 1.5}
     replayed = CliRunner().invoke(main, ["replay", str(trace)])
     assert replayed.exit_code == 0 and "expert routing assumed by the recorded run: zipf:1.5" in replayed.output
+    inspected = CliRunner().invoke(main, ["inspect", str(trace)])
+    assert inspected.exit_code == 0 and "expert routing assumed: zipf:1.5" in inspected.output

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from phantora.engine.ops import OpKind
+from phantora.routing import describe as describe_routing, skewed
 from phantora.trace import schema as S
 from phantora.trace.deps import check_dependencies
 from phantora.trace.reader import TraceReader
@@ -184,7 +185,7 @@ def summarize(reader: TraceReader, top: int = DEFAULT_TOP) -> dict[str, Any]:
         "complete": reader.complete,
         "warning": reader.warning,
         "error": reader.error,
-        "meta": {k: meta.get(k) for k in ("mode", "gpu", "world_size", "created", "command") if k in meta},
+        "meta": {k: meta.get(k) for k in ("mode", "gpu", "world_size", "created", "command", "routing") if k in meta},
         "n_signatures": len(reader.signatures),
         "n_collectives": int(len(reader.collectives)),
         "n_dependencies": int(len(deps)),
@@ -210,6 +211,8 @@ def format_summary(summary: dict[str, Any]) -> str:
     if meta.get("command"):
         cmd = meta["command"]
         lines.append("command: " + (" ".join(map(str, cmd)) if isinstance(cmd, list) else str(cmd)))
+    if skewed(meta.get("routing")):
+        lines.append(f"expert routing assumed: {describe_routing(meta['routing'])}")
     lines.append(f"{len(summary['ranks'])} simulated rank(s), {summary['n_collectives']} collectives, "
                  f"{summary['n_signatures']} kernel signatures")
     n_deps = summary.get("n_dependencies")
