@@ -51,9 +51,13 @@ def net() -> None:
 @click.option("--algo", type=click.Choice(["ring", "tree"]), default=None, help="Force an algorithm (NCCL_ALGO).")
 @click.option("--proto", type=click.Choice(["LL", "LL128", "Simple"]), default=None, help="Force a protocol.")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a cluster field, e.g. net.inter_node_gbps=200.")
+@click.option("--skew", type=int, default=None, metavar="H",
+              help="all_to_all with uneven split sizes: every rank sends the first rank H units of its buffer and "
+                   "every other rank one unit (a busy expert rank), run as NCCL runs it: a group of sends/receives.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list of rows instead of the table.")
 @user_errors
-def net_bench(cluster, nodes, gpus_per_node, ops, min_bytes, max_bytes, step_factor, algo, proto, overrides, as_json):
+def net_bench(cluster, nodes, gpus_per_node, ops, min_bytes, max_bytes, step_factor, algo, proto, overrides, as_json,
+              skew=None):
     """Print nccl-tests' table (size, count, type, time, algbw, busbw) for a cluster preset.
 
     \b
@@ -74,11 +78,13 @@ def net_bench(cluster, nodes, gpus_per_node, ops, min_bytes, max_bytes, step_fac
     progress = RowProgress(len(size_list) * len(op_list), ranks=spec.world_size)   # stderr, for long work only
     out = []
     for op in op_list:
-        rows = bench(spec, op, size_list, network=network, progress=lambda done, total, op=op: progress.row(op))
+        rows = bench(spec, op, size_list, network=network, progress=lambda done, total, op=op: progress.row(op),
+                     skew=skew)
         if as_json:
             out += rows_as_dicts(rows)
         else:
-            click.echo(format_table(spec, op, rows, 2 if op == "send_recv" else spec.world_size))
+            label = f"{op} --skew {skew}" if skew is not None else op
+            click.echo(format_table(spec, label, rows, 2 if op == "send_recv" else spec.world_size))
     progress.finish()
     if as_json:
         click.echo(json.dumps(out, indent=1))

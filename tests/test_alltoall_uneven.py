@@ -17,6 +17,7 @@ import pytest
 from phantora.cluster import load_cluster
 from phantora.engine.core import Engine
 from phantora.engine.ops import Op, OpKind as K
+from phantora.net.bench import bench, skewed_transfers
 from phantora.net.network import Network
 
 MiB = 2**20
@@ -109,14 +110,28 @@ def measured_rows(op: str) -> list[dict]:
 @pytest.mark.parametrize("hot", [2, 4, 8])
 def test_skewed_all_to_all_matches_two_measured_h200s(hot):
     """all_to_all_single with uneven splits on 2 NVLinked H200s (groundtruth/moe/h200x2/a2a, measure.sh): rank 1
-    sends `hot` units of its send buffer to rank 0 and rank 0 one unit to rank 1. From 64 MiB on the model is
-    within 11% (skew 2, the most traffic back the other way: both directions at once run about 10% below one
-    direction alone, which the model does not slow) and 5% at skews 4 and 8."""
+    sends `hot` units of its send buffer to rank 0 and rank 0 one unit to rank 1. `phantora net bench --op
+    all_to_all --skew H` from 64 MiB on is within 11% (skew 2, the most traffic back the other way: both directions
+    at once run about 10% below one direction alone, which the model does not slow) and 5% at skews 4 and 8; the
+    engine, given the group of transfers the stubs emit, takes the same time."""
     tol = 0.11 if hot == 2 else 0.05
-    for row in measured_rows(f"all_to_all_skew{hot}"):
-        size = int(row["size_bytes"])
-        if size < 64 * MiB:
-            continue
-        unit = size // (hot + 1)
-        t = run_matrix([[hot * unit, unit], [hot * unit, unit]], cluster="h200-2gpu-nvlink")
-        assert t == pytest.approx(float(row["time_us"]) * 1e-6, rel=tol), size
+    spec = load_cluster("h200-2gpu-nvlink")
+    rows = [r for r in measured_rows(f"all_to_all_skew{hot}") if int(r["size_bytes"]) >= 64 * MiB]
+    assert rows
+    for row, model in zip(rows, bench(spec, "all_to_all", [int(r["size_bytes"]) for r in rows], skew=hot)):
+        assert model.time_us == pytest.approx(float(row["time_us"]), rel=tol), row["size_bytes"]
+        matrix = [[0, 0], [0, 0]]
+        for s, d, b in skewed_transfers((0, 1), model.size, hot):
+            matrix[s][d] = b
+        assert run_matrix(matrix, cluster="h200-2gpu-nvlink") == pytest.approx(model.time_us * 1e-6, rel=1e-9)
+
+
+def test_net_bench_refuses_a_skew_it_cannot_apply():
+    from click.testing import CliRunner
+
+    from phantora.cli import main
+
+    for args, why in ((["--op", "all_reduce", "--skew", "2"], "all_to_all only"), (["--op", "all_to_all", "--skew",
+                                                                                     "0"], ">= 1")):
+        res = CliRunner().invoke(main, ["net", "bench", "-b", "1M", "-e", "1M", *args])
+        assert res.exit_code != 0 and "--skew" in res.output and why in res.output and "Traceback" not in res.output

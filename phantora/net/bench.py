@@ -51,10 +51,34 @@ def sizes(min_bytes: int = 8, max_bytes: int = 8 * 2**30, factor: int = 2) -> li
     return out
 
 
+def skewed_transfers(ranks: tuple[int, ...], size: int, hot: int) -> list[tuple[int, int, int]]:
+    """An all-to-all with uneven split sizes of a `size`-byte send buffer per rank, as an expert-parallel dispatch
+    with one busy expert rank: every rank sends the first rank `hot` units and every other rank one unit
+    (groundtruth/nccl/measure_collectives.py's all_to_all_skew<hot>)."""
+    unit = size // (hot + len(ranks) - 1)
+    return [(s, d, unit * (hot if j == 0 else 1)) for s in ranks for j, d in enumerate(ranks)]
+
+
 def bench(spec: ClusterSpec, op: str, size_list: list[int], ranks: tuple[int, ...] | None = None,
-          network: Network | None = None, progress=None) -> list[Row]:
+          network: Network | None = None, progress=None, skew: int | None = None) -> list[Row]:
+    """The table's rows; with `skew` (all_to_all only) the all-to-all of `skewed_transfers`, run as NCCL runs one
+    with split sizes: a group of sends and receives (algorithm "p2p")."""
     net = network or Network(spec)
     ranks = ranks or tuple(range(spec.world_size))
+    if skew is not None:
+        if op != "all_to_all":
+            raise PhantoraError(f"--skew applies to all_to_all only, not {op}")
+        if skew < 1:
+            raise PhantoraError(f"--skew must be a whole number >= 1, got {skew}")
+        rows = []
+        for i, size in enumerate(size_list):
+            t = net.group_time(skewed_transfers(ranks, size, skew))
+            algbw = size / t / 1e9 if t > 0 else 0.0
+            rows.append(Row(op, size, size // 4, "float", "none", -1, t * 1e6, algbw,
+                            algbw * busbw_factor(op, len(ranks)), "p2p", "Simple"))
+            if progress:
+                progress(i + 1, len(size_list))
+        return rows
     if op == "send_recv":
         # nccl-tests' sendrecv: every rank sends to the next; here the first to the last rank (furthest apart)
         ranks = (ranks[0], ranks[-1])

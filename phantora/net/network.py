@@ -179,6 +179,19 @@ class Network:
             return out
         return out + self._filter(self.sim.advance_to(t))
 
+    def group_time(self, transfers: list[tuple[int, int, int]]) -> float:
+        """Seconds an NCCL group of point-to-point transfers `(src, dst, bytes)` takes on an otherwise idle network:
+        every transfer starts at once and they share the links (an all-to-all with split sizes, as the engine runs
+        the group the stubs emit for it)."""
+        sim = FlowSim(self.topo.capacity, self.topo.latency)
+        tags = 0
+        for src, dst, nbytes in transfers:
+            if src == dst or nbytes <= 0:
+                continue
+            self._start_on(sim, tags, self.plan("send_recv", (src, dst), nbytes))
+            tags += 1
+        return max((t for _, t in sim.run()), default=0.0)
+
     def time_alone(self, op: str, ranks: tuple[int, ...], input_bytes: int, root: int = 0,
                    algo: str | None = None, proto: str | None = None) -> tuple[float, Plan]:
         """Seconds one collective takes on an otherwise idle network (a fresh flow simulation)."""
