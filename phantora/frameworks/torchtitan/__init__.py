@@ -3,6 +3,8 @@
 - `command.py`: `torchtitan_argv`, the command line of a simulated TorchTitan run;
 - `llama2.py`: configs for Llama 2 7B/13B/70B, which TorchTitan 0.3.0 no longer ships
   (`--module phantora.frameworks.torchtitan.llama2`);
+- `gpt_oss.py`: gpt-oss 20B with FlexAttention (TorchTitan's own config needs FlashAttention 3's varlen kernels)
+  (`--module phantora.frameworks.torchtitan.gpt_oss`);
 - `recipe_2024.py`: configs with TorchTitan's 2024 recipe, for its published 2024 measurements
   (`--module phantora.frameworks.torchtitan.recipe_2024`);
 - `assets.py`: a local tokenizer and dataset (`phantora assets torchtitan`), so TorchTitan needs no hub access.
