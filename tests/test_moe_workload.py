@@ -3,9 +3,9 @@
 the router forced to balance and to a Zipf skew of 1.2 (the simulation routes by `--routing`).
 
 The one-GPU step and the memory are held to the measurement; with expert parallelism the simulated steps are
-13-18% short (the workload regroups the received tokens with a Python list of 32768-53156 indices turned into a
-tensor after each count exchange, host work per element that the host-CPU model does not price: docs/stubs.md,
-"Expert routing"), so what is held there is the cost of the skew: the Zipf step over the balanced one, measured 1.40.
+14-17% short (most likely the workload's host work per element: after each count exchange it turns a Python list of
+32768-53156 indices into a tensor, which the host-CPU model does not price; groundtruth/moe/README.md), so what is
+held there is the cost of the skew: the Zipf step over the balanced one, measured 1.40.
 """
 
 from __future__ import annotations
