@@ -1,6 +1,6 @@
 """Compare the same kernels in two in-situ timelines (`llama.py --kernel-profile` writes `timeline.json`).
 
-    python groundtruth/insitu/compare_kernels.py BASE/timeline.json OTHER/timeline.json [--outside-nccl]
+    python groundtruth/insitu/compare_kernels.py BASE/timeline.json OTHER/timeline.json [--outside-nccl | --alone]
 
 Kernel names do not carry shapes, so each name's durations are split into clusters (durations within 3% of the
 previous one, at least 6 launches, at least 20 µs); a name whose two runs have the same number of clusters is
@@ -8,7 +8,8 @@ matched cluster by cluster, in order of duration. Prints the ratio OTHER / BASE 
 and the ratio over all matched clusters of a class, weighted by the base time of one launch of each: GEMMs and
 attention (compute-bound on Hopper), other kernels (element-wise, copies, norms: HBM-bound). NCCL kernels are left
 out. Both runs must use the same per-GPU shapes for the comparison to mean anything. With `--outside-nccl` only the
-launches of OTHER that overlap no NCCL kernel count (the GPU was not shared with a collective at the time).
+launches of OTHER that overlap no NCCL kernel count (the GPU was not shared with a collective at the time); with
+`--alone` only those that overlap no kernel of another stream at all (no collective, no copy of FSDP's side streams).
 """
 
 from __future__ import annotations
@@ -24,23 +25,32 @@ MIN_LAUNCHES = 6
 MIN_US = 20.0
 
 
-def load(path: str, outside_nccl: bool = False) -> dict[str, list[float]]:
+def load(path: str, outside_nccl: bool = False, alone: bool = False) -> dict[str, list[float]]:
     data = json.loads(open(path).read())
     names = data["names"]
-    busy = _union(sorted((start, start + dur) for name, _s, start, dur in data["kernels"]
+    nccl = _union(sorted((start, start + dur) for name, _s, start, dur in data["kernels"]
                          if "nccl" in names[name].lower()))
-    starts = [s for s, _ in busy]
+    per_stream: dict[int, list[tuple[float, float]]] = defaultdict(list)
+    for _name, stream, start, dur in data["kernels"]:
+        per_stream[stream].append((start, start + dur))
+    streams = {st: _union(sorted(iv)) for st, iv in per_stream.items()}
     durations: dict[str, list[float]] = defaultdict(list)
-    for name, _stream, start, dur in data["kernels"]:
+    for name, stream, start, dur in data["kernels"]:
         n = names[name]
         if "nccl" in n.lower() or dur <= 0:
             continue
-        if outside_nccl:
-            i = bisect.bisect_right(starts, start + dur) - 1      # the last NCCL interval starting before the end
-            if i >= 0 and busy[i][1] > start:
-                continue
+        if outside_nccl and _overlaps(nccl, start, start + dur):
+            continue
+        if alone and any(_overlaps(iv, start, start + dur) for st, iv in streams.items() if st != stream):
+            continue
         durations[n].append(dur)
     return durations
+
+
+def _overlaps(busy: list[tuple[float, float]], start: float, end: float) -> bool:
+    """Whether [start, end) meets one of the disjoint sorted intervals `busy`."""
+    i = bisect.bisect_right([s for s, _ in busy], end) - 1        # the last interval starting before the end
+    return i >= 0 and busy[i][1] > start
 
 
 def _union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
@@ -72,8 +82,8 @@ def compute_bound(name: str) -> bool:
         or "flash" in name.lower()
 
 
-def main(base_path: str, other_path: str, outside_nccl: bool = False) -> None:
-    base, other = load(base_path), load(other_path, outside_nccl)
+def main(base_path: str, other_path: str, outside_nccl: bool = False, alone: bool = False) -> None:
+    base, other = load(base_path), load(other_path, outside_nccl, alone)
     weighted = {True: [0.0, 0.0], False: [0.0, 0.0]}
     for name in sorted(set(base) & set(other)):
         a, b = clusters(base[name]), clusters(other[name])
@@ -91,7 +101,7 @@ def main(base_path: str, other_path: str, outside_nccl: bool = False) -> None:
 
 
 if __name__ == "__main__":
-    args = [a for a in sys.argv[1:] if a != "--outside-nccl"]
+    args = [a for a in sys.argv[1:] if a not in ("--outside-nccl", "--alone")]
     if len(args) != 2:
         sys.exit(__doc__)
-    main(args[0], args[1], "--outside-nccl" in sys.argv[1:])
+    main(args[0], args[1], "--outside-nccl" in sys.argv[1:], "--alone" in sys.argv[1:])
