@@ -203,3 +203,69 @@ def test_transformer_engine_spec_with_sequence_parallelism(tmp_path, stub_cache)
             # two norms per layer and the final one, fp32
             norms_ar = collectives_of(t, r, "all_reduce", lo, hi, tp)
             assert (2 * layers + 1) * dim * 4 in norms_ar, (r, norms_ar)
+
+
+MOE_TOML = """name = "moe-tiny"
+family = "mixtral"
+dim = 256
+n_layers = 2
+n_heads = 8
+n_kv_heads = 4
+vocab_size = 4096
+ffn_dim = 512
+max_seq_len = 2048
+rope_theta = 1000000.0
+norm_eps = 1e-5
+num_experts = 8
+experts_per_token = 2
+moe_ffn_dim = 512
+"""
+
+
+def test_mixture_of_experts_with_expert_parallelism_and_grouped_gemm(tmp_path, stub_cache):
+    """A Mixtral-shaped MoE (8 experts, top-2) with EP 2 on Transformer Engine's grouped GEMM, balanced routing:
+    per layer and micro-batch, the token dispatcher's all-to-alls of tokens (forward: dispatch and combine;
+    backward: both again) each move every routed token row once (tokens x top-k x hidden, bf16), each local
+    expert's GEMMs get ep x tokens x top-k / experts rows (the balanced split of what both EP ranks route), and the
+    chained optimizer (dense and expert parameters) marks one iteration per step."""
+    model = tmp_path / "moe-tiny.toml"
+    model.write_text(MOE_TOML)
+    seq, dim, layers, experts, top_k, ffn = 256, 256, 2, 8, 2, 512
+    steps = 3
+    env = dict(os.environ)
+    env.pop("PYTHONPATH", None)
+    env["XDG_CACHE_HOME"] = str(stub_cache)
+    trace = tmp_path / "moe.h5"
+    proc = subprocess.run([sys.executable, "-m", "phantora.cli", "run", "--gpus-per-node", "2", "--trace", str(trace),
+                           "--transformer-engine", "2.9", "--", "python", str(SCRIPT), "--model", str(model),
+                           "--ep", "2", "--spec", "te", "--moe-grouped-gemm", "--steps", str(steps), "--seq",
+                           str(seq)], capture_output=True, text=True, timeout=600, cwd=str(tmp_path), env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    routed = seq * top_k * dim * 2
+    rows_per_expert = 2 * seq * top_k // experts      # every EP rank's routed rows, spread over all the experts
+    with TraceReader(trace) as t:
+        names, sigs = t.names, t.signatures
+        for r in t.ranks:
+            its = t.iterations(r)
+            assert len(its) == steps, (r, its)
+            lo, hi = its[0], its[1]
+            a2a = collectives_of(t, r, "all_to_all", lo, hi)
+            tokens = [b for b in a2a if b > 4096]               # beside them: the small exchanges of the counts
+            assert tokens == [routed] * (4 * layers), (r, a2a)
+            ops = t.ops(r)
+            sel = ops[(ops["issue"] >= lo) & (ops["issue"] < hi)]
+            # the experts' GEMMs are the ones over an expert's rows: forward and dgrad [rows, k] x [k, n], wgrad
+            # [n, rows] x [rows, k] (no other GEMM of this model has that dimension)
+            expert_gemms = []
+            for o in sel:
+                if names[o["name"]] not in ("aten.mm.default", "aten.mm.out"):
+                    continue
+                a, b = json.loads(sigs[o["sig"]])[1][:2]
+                if rows_per_expert in (a[0], a[1]):
+                    expert_gemms.append((tuple(a), tuple(b)))
+            # fc1 (gate and up) and fc2 of each of the 4 local experts, forward, dgrad and wgrad, per layer
+            assert len(expert_gemms) == layers * 2 * (experts // 2) * 3, (r, len(expert_gemms))
+            shapes = set(expert_gemms)
+            fc1 = ((rows_per_expert, dim), (dim, 2 * ffn))       # the expert's rows through gate and up
+            fc2 = ((rows_per_expert, ffn), (ffn, dim))
+            assert fc1 in shapes and fc2 in shapes, (r, sorted(shapes))

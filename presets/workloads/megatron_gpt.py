@@ -28,6 +28,8 @@ import argparse
 import importlib.util
 import sys
 import time
+import tomllib
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
@@ -38,13 +40,37 @@ PROG = "megatron_gpt"
 sys.path.insert(0, str(Path(__file__).resolve().parent))     # workload_common.py, however this file is loaded
 from workload_common import (KERNEL_PROFILE_STEPS, ModelArgs, Parser, UsageError, cuda_main,  # noqa: E402
                              flops_per_token, lm_step_line, lm_summary, load_model_args, peak_tflops_for,
-                             start_kernel_profile, write_kernel_profile, write_summary)
+                             resolve_model_path, start_kernel_profile, write_kernel_profile, write_summary)
 
 
-def count_params(a: ModelArgs) -> tuple[int, int]:
-    """(all parameters, parameters without the input embedding), from the shapes."""
+@dataclass(frozen=True)
+class MoEShape:
+    """The mixture-of-experts fields of a model preset (every layer's MLP is an MoE block)."""
+
+    num_experts: int = 0
+    experts_per_token: int = 0
+    moe_ffn_dim: int = 0
+
+
+def load_moe_shape(spec: str) -> MoEShape:
+    with open(resolve_model_path(spec), "rb") as f:
+        data = tomllib.load(f)
+    if not data.get("num_experts"):
+        return MoEShape()
+    if data.get("shared_experts") or data.get("moe_bias"):
+        raise UsageError(f"{spec}: shared experts and expert biases are not built by this script")
+    return MoEShape(int(data["num_experts"]), int(data["experts_per_token"]), int(data["moe_ffn_dim"]))
+
+
+def count_params(a: ModelArgs, moe: MoEShape = MoEShape(), active: bool = False) -> tuple[int, int]:
+    """(all parameters, parameters without the input embedding), from the shapes; `active`: the parameters one
+    token uses (top-k of the experts), for the FLOPs."""
     kv = a.n_kv_heads * a.head_dim
-    block = a.dim * (a.dim + 2 * kv) + a.dim * a.dim + 3 * a.dim * a.ffn_dim + 2 * a.dim
+    mlp = 3 * a.dim * a.ffn_dim
+    if moe.num_experts:
+        experts = moe.experts_per_token if active else moe.num_experts
+        mlp = experts * 3 * a.dim * moe.moe_ffn_dim + a.dim * moe.num_experts     # experts and the router
+    block = a.dim * (a.dim + 2 * kv) + a.dim * a.dim + mlp + 2 * a.dim
     body = a.n_layers * block + a.dim + a.vocab_size * a.dim          # blocks, final norm, output head
     return body + a.vocab_size * a.dim, body
 
@@ -54,6 +80,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--model", default="llama3.2-1b", help="preset name in presets/models/ or a path to a .toml")
     p.add_argument("--layers", type=int, default=None, help="override n_layers of the preset")
     p.add_argument("--tp", type=int, default=1, help="tensor-parallel degree")
+    p.add_argument("--ep", type=int, default=1, help="expert-parallel degree (mixture-of-experts models)")
+    p.add_argument("--moe-dispatcher", choices=("alltoall", "allgather"), default="alltoall",
+                   help="MoE token dispatcher")
+    p.add_argument("--moe-grouped-gemm", action="store_true",
+                   help="the experts' GEMMs as one grouped GEMM (with --spec te: TE's GroupedLinear)")
     p.add_argument("--pp", type=int, default=1, help="pipeline-parallel degree")
     p.add_argument("--vpp", type=int, default=None, help="virtual pipeline stages per rank (interleaved 1F1B)")
     p.add_argument("--micro-batch", type=int, default=1, help="micro-batch size")
@@ -79,7 +110,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="on a real GPU: record steps 3-4 with torch.profiler and write the in-situ kernel times to DIR "
                         "(rank 0; as presets/workloads/llama.py)")
     args = p.parse_args(argv)
-    for name in ("tp", "pp", "micro_batch", "seq", "steps"):
+    for name in ("tp", "ep", "pp", "micro_batch", "seq", "steps"):
         if getattr(args, name) <= 0:
             raise UsageError(f"--{name.replace('_', '-')} must be positive")
     if args.vpp is not None and (args.vpp < 2 or args.pp < 2):
@@ -96,10 +127,16 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def check_layout(args, a: ModelArgs, world: int) -> int:
+def check_layout(args, a: ModelArgs, world: int, moe: MoEShape = MoEShape()) -> int:
     """The data-parallel size; errors for layouts Megatron would refuse later with an assertion."""
     if world % (args.tp * args.pp):
         raise UsageError(f"world size {world} is not divisible by tp x pp = {args.tp * args.pp}")
+    if args.ep > 1 and not moe.num_experts:
+        raise UsageError(f"--ep {args.ep}: {a.name} is not a mixture-of-experts model")
+    if moe.num_experts % args.ep:
+        raise UsageError(f"--ep {args.ep} does not divide the {moe.num_experts} experts")
+    if (world // (args.tp * args.pp)) % args.ep:
+        raise UsageError(f"--ep {args.ep} does not divide the data-parallel size {world // (args.tp * args.pp)}")
     chunks = args.pp * (args.vpp or 1)
     if a.n_layers % chunks:
         raise UsageError(f"{a.n_layers} layers do not split into {chunks} pipeline chunks")
@@ -110,7 +147,7 @@ def check_layout(args, a: ModelArgs, world: int) -> int:
     return world // (args.tp * args.pp)
 
 
-def build_model(args, a: ModelArgs):
+def build_model(args, a: ModelArgs, moe: MoEShape):
     from megatron.core import parallel_state as ps
     from megatron.core.models.gpt.gpt_model import GPTModel
     from megatron.core.transformer.transformer_config import TransformerConfig
@@ -125,15 +162,17 @@ def build_model(args, a: ModelArgs):
         attention_dropout=0.0, bf16=True, params_dtype=torch.bfloat16, pipeline_dtype=torch.bfloat16,
         tensor_model_parallel_size=args.tp, pipeline_model_parallel_size=args.pp,
         virtual_pipeline_model_parallel_size=args.vpp, sequence_parallel=args.sequence_parallel,
-        batch_p2p_comm=not args.no_batch_p2p, variable_seq_lengths=False, **recompute)
+        batch_p2p_comm=not args.no_batch_p2p, variable_seq_lengths=False, **recompute, **moe_config(args, moe))
     if args.spec == "te":
         if importlib.util.find_spec("transformer_engine") is None:
             raise UsageError("--spec te needs Transformer Engine (under phantora run: --transformer-engine 2.9)")
         from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_with_transformer_engine_spec
-        spec = get_gpt_layer_with_transformer_engine_spec()
+        spec = get_gpt_layer_with_transformer_engine_spec(num_experts=moe.num_experts or None,
+                                                          moe_grouped_gemm=args.moe_grouped_gemm)
     else:
         from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
-        spec = get_gpt_layer_local_spec(normalization="RMSNorm")
+        spec = get_gpt_layer_local_spec(num_experts=moe.num_experts or None, moe_grouped_gemm=args.moe_grouped_gemm,
+                                        normalization="RMSNorm")
     chunks = []
     for vp in range(args.vpp or 1):
         vp_stage = vp if args.vpp else None
@@ -147,7 +186,18 @@ def build_model(args, a: ModelArgs):
     return config, chunks
 
 
-def train(args, a: ModelArgs, dp: int, rank: int, local_rank: int) -> None:
+def moe_config(args, moe: MoEShape) -> dict:
+    """TransformerConfig's mixture-of-experts fields (Mixtral's: top-k softmax router with the auxiliary
+    load-balancing loss, no shared experts)."""
+    if not moe.num_experts:
+        return {}
+    return dict(num_moe_experts=moe.num_experts, moe_router_topk=moe.experts_per_token,
+                moe_ffn_hidden_size=moe.moe_ffn_dim, expert_model_parallel_size=args.ep,
+                moe_token_dispatcher_type=args.moe_dispatcher, moe_grouped_gemm=args.moe_grouped_gemm,
+                moe_router_load_balancing_type="aux_loss", moe_aux_loss_coeff=1e-2)
+
+
+def train(args, a: ModelArgs, moe: MoEShape, dp: int, rank: int, local_rank: int) -> None:
     from megatron.core import parallel_state as ps
     from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
     from megatron.core.distributed.finalize_model_grads import finalize_model_grads
@@ -159,10 +209,10 @@ def train(args, a: ModelArgs, dp: int, rank: int, local_rank: int) -> None:
     torch.cuda.set_device(local_rank)
     torch.distributed.init_process_group(backend="nccl")
     ps.initialize_model_parallel(tensor_model_parallel_size=args.tp, pipeline_model_parallel_size=args.pp,
-                                 virtual_pipeline_model_parallel_size=args.vpp)
+                                 virtual_pipeline_model_parallel_size=args.vpp, expert_model_parallel_size=args.ep)
     model_parallel_cuda_manual_seed(args.seed)
 
-    config, chunks = build_model(args, a)
+    config, chunks = build_model(args, a, moe)
     ddp_config = DistributedDataParallelConfig(
         grad_reduce_in_fp32=True, overlap_grad_reduce=args.overlap_grad_reduce,
         overlap_param_gather=args.overlap_param_gather, use_distributed_optimizer=args.distributed_optimizer)
@@ -215,8 +265,8 @@ def train(args, a: ModelArgs, dp: int, rank: int, local_rank: int) -> None:
 
     iterators = [batches() for _ in model] if len(model) > 1 else batches()
     forward_backward = get_forward_backward_func()
-    n_params, n_params_no_emb = count_params(a)
-    fpt = flops_per_token(a, args.seq, n_params_no_emb)
+    n_params, _ = count_params(a, moe)
+    fpt = flops_per_token(a, args.seq, count_params(a, moe, active=True)[1])
     world = torch.distributed.get_world_size()
     tokens_per_step = global_batch * args.seq
     device_name = torch.cuda.get_device_name(device)
@@ -224,7 +274,7 @@ def train(args, a: ModelArgs, dp: int, rank: int, local_rank: int) -> None:
     log = rank == 0
     if log:
         print(f"{PROG}: model {a.name} ({n_params:,} parameters, {a.n_layers} layers), world {world} = "
-              f"tp {args.tp} x pp {args.pp} x dp {dp}, vpp {args.vpp or 1}, micro-batch {args.micro_batch}, "
+              f"tp {args.tp} x pp {args.pp} x dp {dp}{f' (ep {args.ep})' if moe.num_experts else ''}, vpp {args.vpp or 1}, micro-batch {args.micro_batch}, "
               f"global batch {global_batch} ({microbatches} microbatches), seq {args.seq}, recompute "
               f"{args.recompute}, spec {args.spec}, on {device_name}", flush=True)
 
@@ -260,7 +310,7 @@ def train(args, a: ModelArgs, dp: int, rank: int, local_rank: int) -> None:
                                torch.cuda.max_memory_allocated(device) / 2**30, grad_norm), flush=True)
 
     if log:
-        summary = lm_summary("megatron_gpt", a, count_params(a), fpt, tokens_per_step, times, losses, world, peak,
+        summary = lm_summary("megatron_gpt", a, count_params(a, moe), fpt, tokens_per_step, times, losses, world, peak,
                              torch.cuda.max_memory_allocated(device) / 2**30, device_name,
                              {"world_size": world, "tp": args.tp, "pp": args.pp, "vpp": args.vpp, "dp": dp,
                               "micro_batch": args.micro_batch, "global_batch": global_batch, "seq": args.seq,
@@ -268,7 +318,8 @@ def train(args, a: ModelArgs, dp: int, rank: int, local_rank: int) -> None:
                               "distributed_optimizer": args.distributed_optimizer,
                               "overlap_grad_reduce": args.overlap_grad_reduce,
                               "overlap_param_gather": args.overlap_param_gather, "clip_grad": args.clip_grad,
-                              "spec": args.spec, "steps": args.steps})
+                              "spec": args.spec, "steps": args.steps, "ep": args.ep,
+                              "num_experts": moe.num_experts, "moe_grouped_gemm": args.moe_grouped_gemm})
         write_summary(summary, args.json_out)
     ps.destroy_model_parallel()
     torch.distributed.destroy_process_group()
@@ -277,11 +328,11 @@ def train(args, a: ModelArgs, dp: int, rank: int, local_rank: int) -> None:
 def main(argv=None) -> int:
     def parse():
         args = parse_args(argv)
-        return args, load_model_args(args.model, args.layers, dense_only=True)
+        return args, load_model_args(args.model, args.layers), load_moe_shape(args.model)
 
     def start(parsed, world: int, rank: int, local_rank: int) -> None:
-        args, a = parsed
-        train(args, a, check_layout(args, a, world), rank, local_rank)
+        args, a, moe = parsed
+        train(args, a, moe, check_layout(args, a, world, moe), rank, local_rank)
 
     return cuda_main(PROG, parse, start)
 

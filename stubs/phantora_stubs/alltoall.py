@@ -25,6 +25,12 @@ from . import comm
 from .clock import METER
 
 
+def split_sizes(splits) -> list[int] | None:
+    """Split sizes as a list of ints (torch.distributed takes any sequence: a list, a tuple, a NumPy array as
+    Megatron-core's token dispatcher passes them, a tensor); None stays None."""
+    return None if splits is None else [int(s) for s in splits]
+
+
 def split_bytes(total_bytes: int, rows: int, splits: Sequence[int] | None, n: int) -> list[int] | None:
     """Bytes for each of `n` peers of a buffer of `rows` rows along dim 0 split by `splits` (None or empty: no
     split sizes were given)."""

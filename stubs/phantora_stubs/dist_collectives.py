@@ -90,6 +90,8 @@ class CollectivesMixin(EmissionMixin):
     def all_to_all_single(self, output, input, output_split_sizes=None, input_split_sizes=None, opts=None):
         _forget(output)
         n = self._size
+        input_split_sizes, output_split_sizes = alltoall.split_sizes(input_split_sizes), alltoall.split_sizes(
+            output_split_sizes)
         send = alltoall.split_bytes(_nbytes(input), input.shape[0] if input.dim() else 0, input_split_sizes, n)
         recv = alltoall.split_bytes(_nbytes(output), output.shape[0] if output.dim() else 0, output_split_sizes, n)
         work, collective = self._all_to_all(_nbytes(input), send, recv, [output])

@@ -45,6 +45,7 @@ from . import alltoall, comm, cuda_checks, exchange, host_compute
 from .clock import METER
 from .clock import REAL as _REAL_CLOCKS
 from .errors import UnsupportedOpError, user_location
+from .routes import ROUTES
 from .values import VALUES, placeholder_scalar
 
 # op categories (cached per op overload)
@@ -414,7 +415,8 @@ class Interceptor(TorchDispatchMode):
         if name == "masked_select":
             mask = args[1]
             shape = torch.broadcast_shapes(x.shape, mask.shape)
-            return [((math.prod(shape),), x.dtype)]
+            picks = ROUTES.picks(mask) if tuple(mask.shape) == tuple(shape) else None
+            return [((math.prod(shape) if picks is None else picks,), x.dtype)]   # a routing map: its picks
         if name in ("_unique2", "_unique", "unique_consecutive"):
             return_inverse = bool(kwargs.get("return_inverse", args[2] if len(args) > 2 else False))
             return_counts = bool(kwargs.get("return_counts", args[3] if len(args) > 3 else False))
@@ -482,8 +484,8 @@ class Interceptor(TorchDispatchMode):
         """`all_to_all_single(input, output_split_sizes, input_split_sizes, group_name)`: with split sizes, the
         NCCL group of transfers of alltoall.py; small inputs with known values carry them (the count exchange)."""
         inp = args[0]
-        out_splits = args[1] if len(args) > 1 else kwargs.get("output_split_sizes")
-        in_splits = args[2] if len(args) > 2 else kwargs.get("input_split_sizes")
+        out_splits = alltoall.split_sizes(args[1] if len(args) > 1 else kwargs.get("output_split_sizes"))
+        in_splits = alltoall.split_sizes(args[2] if len(args) > 2 else kwargs.get("input_split_sizes"))
         rows = (lambda t: t.shape[0] if t.dim() else 0)
         send = alltoall.split_bytes(nbytes, rows(inp), in_splits, info.size)
         recv = alltoall.split_bytes(out.numel() * out.element_size(), rows(out), out_splits, info.size)

@@ -34,12 +34,18 @@ class Route:
     kind: str          # "ids": expert indices, `top_k` per token; "map": one row of `experts` flags per token
     experts: int
     top_k: int
+    expert_last: bool = True     # a map's expert dimension is its last (False: a transposed [experts, tokens] map)
+
+    def picks(self, numel: int) -> int:
+        """How many entries of a routing map of `numel` flags are set: `top_k` per token."""
+        return numel // self.experts * self.top_k
 
 
 _KEEP = {"view", "_unsafe_view", "reshape", "flatten", "detach", "alias", "clone", "_to_copy", "contiguous",
          "unsqueeze", "squeeze", "lift_fresh", "_reshape_alias"}
 _SCATTER = {"scatter", "scatter_", "scatter_add", "scatter_add_", "scatter_reduce", "scatter_reduce_"}
 _COUNT = {"sum", "count_nonzero", "bincount", "histc"}
+_TRANSPOSE = {"t", "transpose", "permute", "numpy_T"}
 
 
 def _dim(d: Any, ndim: int) -> int | None:
@@ -63,6 +69,11 @@ class RouteTable:
     def get(self, t: Any) -> Route | None:
         return self.table.get(t) if isinstance(t, FakeTensor) else None
 
+    def picks(self, mask: Any) -> int | None:
+        """The set flags of a routing map used as a mask (`masked_select`), None if `mask` is not one."""
+        route = self.get(mask)
+        return route.picks(mask.numel()) if route is not None and route.kind == "map" else None
+
     def _mark(self, t: Any, route: Route) -> None:
         if isinstance(t, FakeTensor):
             self.table[t] = route
@@ -77,8 +88,14 @@ class RouteTable:
         src = self.get(args[0])
         if packet in _KEEP:
             if src is not None and isinstance(out, FakeTensor):
-                if src.kind == "ids" or (out.dim() and out.shape[-1] == src.experts):
+                if src.kind == "ids" or (out.dim() and out.shape[-1 if src.expert_last else 0] == src.experts):
                     self._mark(out, src)
+        elif packet in _TRANSPOSE:
+            # a [tokens, experts] map transposed to [experts, tokens] (Megatron-core's permute), and back
+            if src is not None and src.kind == "map" and isinstance(out, FakeTensor) and out.dim() == 2:
+                rows, cols = out.shape
+                last = cols == src.experts if (rows == src.experts) != (cols == src.experts) else src.expert_last
+                self._mark(out, Route("map", src.experts, src.top_k, last))
         elif packet in _SCATTER:
             self._scatter(args, kwargs, out)
         elif packet == "eq":
@@ -145,6 +162,13 @@ class RouteTable:
 
     def _count(self, packet, src: Route, args, kwargs, out, values) -> None:
         experts = src.experts
+        if packet in ("sum", "count_nonzero") and src.kind == "map" and out.dim() == 0 \
+                and not (args[1:] or kwargs.get("dim")):
+            with unset_fake_temporarily():                # every flag of the map: the tokens routed in all
+                values.set(out, torch.tensor(src.picks(args[0].numel()), dtype=out.dtype))
+            return
+        if not src.expert_last:
+            return
         if tuple(out.shape) != (experts,) and tuple(s for s in out.shape if s != 1) != (experts,):
             return
         if packet in ("sum", "count_nonzero"):

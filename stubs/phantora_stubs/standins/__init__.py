@@ -8,6 +8,7 @@ host time of a host loop. `HOOKS` maps a framework module to the function that p
 
 - `deepspeed.py`: DeepSpeed's compiled ops (FusedAdam, FusedLamb, the CPU optimizers of ZeRO-Offload)
   and its engine's optimizer step as the iteration boundary (docs/deepspeed.md).
+- `megatron.py`: Megatron-core's optimizer step (chained or not) as the iteration boundary.
 - `kernels.py`: the torch ops that stand for the fused optimizers' multi-tensor kernels, shared by the above.
 
 A package that does not install on a CPU-only machine at all, but is part of the simulated cluster's software, is a
@@ -25,13 +26,15 @@ import os
 import sys
 from typing import Any, Callable
 
-from . import deepspeed
+from . import deepspeed, megatron
 
 PACKAGES_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "packages")
 
 HOOKS: dict[str, Callable[[Any], None]] = {
     "deepspeed.ops.op_builder.builder": deepspeed.install,
     "deepspeed.runtime.engine": deepspeed.install_engine,
+    "megatron.core.optimizer.optimizer": megatron.install_optimizers,
+    "megatron.core.optimizer.layer_wise_optimizer": megatron.install_optimizers,
 }
 
 

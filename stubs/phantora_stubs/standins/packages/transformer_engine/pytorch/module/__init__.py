@@ -1,6 +1,7 @@
 """transformer_engine.pytorch.module: the layers."""
 
 from .base import NotModelled, TransformerEngineBaseModule  # noqa: F401
+from .grouped_linear import GroupedLinear  # noqa: F401
 from .layernorm import LayerNorm, RMSNorm  # noqa: F401
 from .linear import LayerNormLinear, Linear  # noqa: F401
 
@@ -11,10 +12,6 @@ class _NotModelledModule(TransformerEngineBaseModule):
     def __init__(self, *args, **kwargs):
         raise NotModelled(f"transformer_engine.pytorch.{type(self).__name__} ({self.feature}) is not modelled by the "
                           f"Transformer Engine stand-in")
-
-
-class GroupedLinear(_NotModelledModule):
-    feature = "the grouped GEMM of MoE experts"
 
 
 class LayerNormMLP(_NotModelledModule):

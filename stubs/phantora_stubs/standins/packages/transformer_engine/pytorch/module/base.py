@@ -127,19 +127,6 @@ def all_reduce(x: torch.Tensor, group: Any, async_op: bool = False):
     return x, work
 
 
-class _GatherSequence(torch.autograd.Function):
-    """Forward all-gather, backward reduce-scatter (a sequence-parallel norm's output entering a TP region)."""
-
-    @staticmethod
-    def forward(ctx, x, group):
-        ctx.group = group
-        return gather_sequence(x, group)[0]
-
-    @staticmethod
-    def backward(ctx, grad):
-        return reduce_scatter_sequence(grad, ctx.group)[0], None
-
-
 def wait(work: Any) -> None:
     if work is not None:
         work.wait()
