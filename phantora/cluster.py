@@ -117,6 +117,10 @@ class HostSpec:
     py_call_ns: float = 1258.0             # a Python function call (and the bytecode it runs)
     c_call_ns: float = 0.0                 # a call of a built-in (C) function
     dispatch_us: float = 2.6               # an aten op through PyTorch's dispatcher (kernel, view or metadata op)
+    # per element converted between Python data and a tensor (modelled host CPU; groundtruth/hostcpu/conversions-h200/)
+    to_tensor_ns: float = 57.7             # torch.tensor / as_tensor / asarray of a Python sequence or scalar
+    infer_dtype_ns: float = 67.8           # more, when no dtype is given (the data is walked to infer it)
+    to_list_ns: float = 14.4               # Tensor.tolist()
     cpu_cores: int = 16                    # host threads of a rank when OMP_NUM_THREADS is not set
     # host memory traffic (bytes read + written per second, GB/s) of a rank's CPU work on large host tensors, by
     # thread count: [threads, GB/s] points, interpolated (measured on a 2 x H200 host: groundtruth/deepspeed/)
@@ -126,7 +130,8 @@ class HostSpec:
     cpu_adam_gbps: list = field(default_factory=lambda: [[1, 24.3], [4, 79.4], [16, 131.0]])     # DeepSpeed CPU Adam
 
     def validate(self) -> None:
-        for key in ("launch_overhead_us", "py_call_ns", "c_call_ns", "dispatch_us"):
+        for key in ("launch_overhead_us", "py_call_ns", "c_call_ns", "dispatch_us", "to_tensor_ns", "infer_dtype_ns",
+                    "to_list_ns"):
             check_number(getattr(self, key), f"host.{key}", nonnegative=True)
         check_number(self.cpu_time_scale, "host.cpu_time_scale", nonnegative=True)
         check_number(self.cpu_cores, "host.cpu_cores", positive=True)

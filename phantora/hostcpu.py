@@ -70,3 +70,45 @@ def check_mode(mode: str) -> str:
     if mode not in MODES:
         raise ValueError(f"host CPU mode {mode!r}: expected one of {', '.join(MODES)}")
     return mode
+
+
+ENV_CONVERT = "PHANTORA_HOST_CONVERT"
+"""Environment variable that tells a rank the conversion prices: `to_tensor_ns,infer_dtype_ns,to_list_ns`."""
+CONVERT_KEYS = ("to_tensor_ns", "infer_dtype_ns", "to_list_ns")
+
+
+@dataclass(frozen=True)
+class ConvertCosts:
+    """Seconds of host time per element converted between Python data and a tensor, work that one built-in call does
+    in proportion to the data's size (docs/host-cpu.md, "Conversions"): `to_tensor_s` per element of a tensor built
+    from a Python sequence or scalar (`torch.tensor`, `torch.as_tensor`, `torch.asarray`), `infer_dtype_s` more per
+    element when no dtype is given (PyTorch walks the data once more to infer it), `to_list_s` per element of
+    `Tensor.tolist()`."""
+
+    to_tensor_s: float
+    infer_dtype_s: float
+    to_list_s: float
+
+    @classmethod
+    def from_spec(cls, host) -> "ConvertCosts":
+        return cls(*(getattr(host, key) * 1e-9 for key in CONVERT_KEYS))
+
+    def env(self) -> str:
+        return ",".join(repr(v * 1e9) for v in (self.to_tensor_s, self.infer_dtype_s, self.to_list_s))
+
+    @classmethod
+    def parse_env(cls, text: str) -> "ConvertCosts":
+        parts = [p.strip() for p in text.split(",")]
+        if len(parts) != len(CONVERT_KEYS):
+            raise ValueError(f"{ENV_CONVERT}={text!r}: expected {','.join(CONVERT_KEYS)}")
+        try:
+            values = [float(p) for p in parts]
+        except ValueError:
+            raise ValueError(f"{ENV_CONVERT}={text!r}: expected {','.join(CONVERT_KEYS)} as numbers") from None
+        for v in values:
+            if not np.isfinite(v) or v < 0:
+                raise ValueError(f"{ENV_CONVERT}={text!r}: each price must be a finite number >= 0")
+        return cls(*(v * 1e-9 for v in values))
+
+    def as_dict(self) -> dict:
+        return dict(zip(CONVERT_KEYS, (v * 1e9 for v in (self.to_tensor_s, self.infer_dtype_s, self.to_list_s))))

@@ -222,6 +222,7 @@ def rank_environment(opts: RunOptions, server: EngineServer, rank: int, port: in
         "PHANTORA_HOST_CPU_CORES": str(spec.host.cpu_cores),
         "PHANTORA_DEVICE_MEMORY": devmem.spec_env(spec.device_memory),
         hostcpu.ENV_MODE: getattr(opts, "host_cpu", hostcpu.DEFAULT_MODE), hostcpu.ENV_COSTS: hostcpu.HostCosts.from_spec(spec.host).env(),
+        hostcpu.ENV_CONVERT: hostcpu.ConvertCosts.from_spec(spec.host).env(),
         # string hashes seeded alike in every run: set and dict orders, and the host work they lead to, repeat
         "PYTHONHASHSEED": env.get("PYTHONHASHSEED", "0"),
         "PHANTORA_EPOCH": repr(epoch),
@@ -317,6 +318,7 @@ def _run_ranks(opts: RunOptions, argv: list[str], sig: _Signals, progress: Calla
                     profile=opts.env.get("PHANTORA_PROFILE"),      # replay --recost costs from it again
                     allocator=allocator.to_text(), routing=opts.routing.as_meta(),
                     host_cpu={"mode": opts.host_cpu, **hostcpu.HostCosts.from_spec(spec.host).as_dict(),
+                              **hostcpu.ConvertCosts.from_spec(spec.host).as_dict(),
                               "cpu_time_scale": spec.host.cpu_time_scale})
     before = own_run_dirs()
     try:

@@ -150,7 +150,16 @@ def host_cpu_text(host: dict) -> str:
     if host.get("mode") == "measured":
         return f"measured on this machine (thread CPU time{scaled}): depends on the machine that simulates"
     return (f"modelled: {host.get('py_call_ns', 0):g} ns per Python call, {host.get('c_call_ns', 0):g} ns per "
-            f"built-in call, {host.get('dispatch_us', 0):g} us per aten dispatch{scaled} (docs/host-cpu.md)")
+            f"built-in call, {host.get('dispatch_us', 0):g} us per aten dispatch{scaled}{convert_text(host)} "
+            "(docs/host-cpu.md)")
+
+
+def convert_text(host: dict) -> str:
+    """The per-element conversion prices of a run's host CPU model ("" for a trace that has none)."""
+    if "to_tensor_ns" not in host:
+        return ""
+    return (f"; conversions {host['to_tensor_ns']:g} ns per element to a tensor (+{host.get('infer_dtype_ns', 0):g} "
+            f"with no dtype), {host.get('to_list_ns', 0):g} from one")
 
 
 def software_text(software) -> str:

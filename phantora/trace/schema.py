@@ -39,7 +39,8 @@ META_KEYS = {
     "created": "str: ISO 8601 UTC time the trace was created",
     "mode": "str: 'live' (a framework ran) or 'replay' (re-simulated from another trace)",
     "host_cpu": "dict: how the framework's host time was found: mode ('model' or 'measured'), the prices py_call_ns, "
-                "c_call_ns, dispatch_us, and cpu_time_scale (docs/host-cpu.md)",
+                "c_call_ns, dispatch_us, the conversion prices to_tensor_ns, infer_dtype_ns, to_list_ns (absent in older "
+                "traces), and cpu_time_scale (docs/host-cpu.md)",
     "routing": "dict: the expert routing a mixture-of-experts step assumed (phantora run --routing): kind "
                "('balanced', 'zipf', 'loads'), exponent (zipf), loads and source (loads)",
 }

@@ -121,6 +121,10 @@ class CpuMeter:
                 loc.pending += gap
         loc.last = now
 
+    def outermost(self) -> bool:
+        """Whether the thread's current entry into the stubs is its outermost one (the framework called it)."""
+        return self._loc().depth == 1
+
     def dispatch(self) -> None:
         """An aten op reached the dispatcher (called by the interceptor on entry)."""
         self._loc().disp += 1

@@ -51,6 +51,7 @@ class StubConfig:
     sdpa: tuple[str, ...] = ()     # PHANTORA_SDPA: forced SDPA backend order (cudnn, flash, efficient, math)
     host_cpu: str = hostcpu.DEFAULT_MODE   # PHANTORA_HOST_CPU: model (counted host work, priced) or measured
     host_costs: hostcpu.HostCosts | None = None   # PHANTORA_HOST_COSTS: py_call_ns,c_call_ns,dispatch_us
+    convert_costs: hostcpu.ConvertCosts | None = None   # PHANTORA_HOST_CONVERT: to_tensor_ns,infer_dtype_ns,to_list_ns
     cluster: str = DEFAULT_CLUSTER  # PHANTORA_CLUSTER: cluster preset or TOML the LocalRuntime's engine simulates
     transformer_engine: str = ""   # PHANTORA_TRANSFORMER_ENGINE: TE release the stand-in answers as ("" = none)
     routing: routing.RoutingSpec = routing.BALANCED   # PHANTORA_ROUTING: expert routing assumed (phantora/routing.py)
@@ -87,6 +88,7 @@ class StubConfig:
                    launch_overhead_s=overhead_us * 1e-6, epoch=_float("PHANTORA_EPOCH", None),
                    oplog=os.environ.get("PHANTORA_OPLOG") or None, torch_cuda=_release("PHANTORA_TORCH_CUDA"),
                    sdpa=_sdpa("PHANTORA_SDPA"), host_cpu=_host_mode(), host_costs=_host_costs(),
+                   convert_costs=_convert_costs(),
                    cluster=os.environ.get("PHANTORA_CLUSTER") or DEFAULT_CLUSTER,
                    transformer_engine=_te_release("PHANTORA_TRANSFORMER_ENGINE"), routing=_routing())
 
@@ -98,16 +100,27 @@ def _host_mode() -> str:
         raise StubConfigError(f"environment variable {hostcpu.ENV_MODE}: {exc}") from None
 
 
-def _host_costs() -> hostcpu.HostCosts:
-    """The prices of the modelled host CPU: from the launcher, or the default host preset's."""
-    raw = os.environ.get(hostcpu.ENV_COSTS)
+def _prices(env_name: str, cls):
+    """Prices of the modelled host CPU (`cls`: hostcpu.HostCosts or ConvertCosts) from the launcher's environment
+    variable, or the default host preset's."""
+    raw = os.environ.get(env_name)
     if not raw:
         from phantora.cluster import HostSpec
-        return hostcpu.HostCosts.from_spec(HostSpec())
+        return cls.from_spec(HostSpec())
     try:
-        return hostcpu.HostCosts.parse_env(raw)
+        return cls.parse_env(raw)
     except ValueError as exc:
         raise StubConfigError(str(exc)) from None
+
+
+def _host_costs() -> hostcpu.HostCosts:
+    """The prices of the modelled host CPU's counted work."""
+    return _prices(hostcpu.ENV_COSTS, hostcpu.HostCosts)
+
+
+def _convert_costs() -> hostcpu.ConvertCosts:
+    """The per-element prices of conversions between Python data and tensors."""
+    return _prices(hostcpu.ENV_CONVERT, hostcpu.ConvertCosts)
 
 
 def _release(name: str) -> tuple[int, int] | None:

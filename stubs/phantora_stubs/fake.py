@@ -19,6 +19,8 @@ for the rest of the program. Then it applies:
 - `torch.distributed.set_timeout` when torch lacks it (a no-op);
 - `Tensor.tolist()` / `Tensor.numpy()` answering from the value table (values.py), and `UntypedStorage.resize_`
   reporting size changes of fake CUDA storages to the memory tracker;
+- with the modelled host CPU, the per-element price of the framework's conversions between Python data and tensors
+  (`torch.tensor` of a list, `Tensor.tolist()`: conversions.py);
 - an `OpKind.ITER_MARK` after every outermost optimizer step (global optimizer step pre/post hooks; an optimizer
   container stepping inner optimizers marks once);
 - a fork handler: a forked child (DataLoader worker) leaves the fake mode and produces real tensors.
@@ -36,6 +38,7 @@ from typing import Any
 import torch
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode, unset_fake_temporarily
 
+from . import conversions
 from .clock import METER
 from .values import VALUES
 
@@ -274,10 +277,18 @@ def _install_tensor_readers(ctx) -> None:
 
     def tolist(self):
         if not isinstance(self, FakeTensor):
-            return orig_tolist(self)
+            out = orig_tolist(self)
+            if conversions.active():
+                METER.enter()
+                try:
+                    conversions.charge_to_list(self)
+                finally:
+                    METER.exit()
+            return out
         METER.enter()
         try:
             _host_read(self)
+            conversions.charge_to_list(self)      # model mode: its elements (conversions.py)
             real = VALUES.real_or_zeros(self)
             with unset_fake_temporarily():
                 return orig_tolist(real)
@@ -301,6 +312,11 @@ def _install_tensor_readers(ctx) -> None:
 
     torch.Tensor.tolist = tolist
     torch.Tensor.numpy = numpy
+    if "tolist" in FakeTensor.__dict__:
+        # FakeTensor's own tolist reads element by element (`[elem.item() for elem in self]`): one host read and
+        # two dispatches per element, where a real tolist is one copy to the host and one built-in call
+        _PATCHED["fake_tolist"] = FakeTensor.__dict__["tolist"]
+        FakeTensor.tolist = tolist
 
     orig_resize = torch.UntypedStorage.resize_
     _PATCHED["storage_resize"] = orig_resize
@@ -466,6 +482,7 @@ def install(ctx) -> None:
         ctx.extras["entry_cost_s"] = METER.entry_cost
     else:
         METER.use_model(ctx.config.host_costs)      # the framework's host work counted and priced (clock.py)
+        conversions.install(ctx)                    # and its conversions between Python data and tensors
         METER.dispatch_bias = interceptor.calibrate_dispatch_counts()
         ctx.extras["dispatch_bias"] = METER.dispatch_bias
     from .bootstrap import when_imported
