@@ -66,3 +66,23 @@ def check_run_options(options: str) -> None:
     p = ctx.params
     load_cluster("h100-hgx", nodes=1, overrides=software_overrides(p["torch_cuda"], p["sdpa"],
                                                                     p["transformer_engine"]))
+
+
+def test_megatron_workload_refuses_layers_it_does_not_build():
+    """A preset whose layers megatron_gpt.py would build differently (Qwen3's query-key norms, gpt-oss's sinks,
+    sliding windows and biases) is refused, naming what is missing, rather than trained as another model; the
+    framework preset marks those rows unsupported."""
+    if importlib.util.find_spec("megatron") is None:
+        pytest.skip("megatron is not installed")
+    import tomllib
+    mod = load_script(ROOT / "presets" / "workloads" / "megatron_gpt.py")
+    recipes = load_framework("megatron").models
+    for name in ("qwen3-30b-a3b", "gpt-oss-20b"):
+        preset = tomllib.loads((ROOT / "presets" / "models" / f"{name}.toml").read_text())
+        unbuilt = [k for k in mod.UNBUILT if preset.get(k)]
+        assert unbuilt, name
+        with pytest.raises(mod.UsageError) as err:
+            mod.load_moe_shape(name)
+        assert all(k in str(err.value) for k in unbuilt), str(err.value)
+        assert not recipes[name].supported
+    assert mod.load_moe_shape("mixtral-8x7b").num_experts == 8

@@ -52,13 +52,23 @@ class MoEShape:
     moe_ffn_dim: int = 0
 
 
+UNBUILT = ("qk_norm", "attn_sinks", "sliding_window", "attn_bias", "shared_experts", "moe_bias")
+"""Model preset fields of layers this script does not build (a preset that sets one is refused, not approximated)."""
+
+
 def load_moe_shape(spec: str) -> MoEShape:
+    """The preset's experts; refuses a preset whose layers this script would build differently (query-key norms,
+    attention sinks or biases, sliding windows, shared experts, expert biases, a head size other than dim / heads)."""
     with open(resolve_model_path(spec), "rb") as f:
         data = tomllib.load(f)
+    unbuilt = [k for k in UNBUILT if data.get(k)]
+    if unbuilt:
+        raise UsageError(f"{spec}: this script does not build {', '.join(unbuilt)}")
+    if data.get("head_dim") and data["head_dim"] * data["n_heads"] != data["dim"]:
+        raise UsageError(f"{spec}: head size {data['head_dim']} x {data['n_heads']} heads differs from dim "
+                         f"{data['dim']}; this script builds heads of dim / n_heads")
     if not data.get("num_experts"):
         return MoEShape()
-    if data.get("shared_experts") or data.get("moe_bias"):
-        raise UsageError(f"{spec}: shared experts and expert biases are not built by this script")
     return MoEShape(int(data["num_experts"]), int(data["experts_per_token"]), int(data["moe_ffn_dim"]))
 
 
@@ -122,6 +132,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                          "parallelism)")
     if args.kernel_profile and args.steps < KERNEL_PROFILE_STEPS[-1]:
         raise UsageError("--kernel-profile records steps 3-4: it needs --steps 4 or more")
+    if args.moe_grouped_gemm and args.spec != "te":
+        raise UsageError("--moe-grouped-gemm needs --spec te (Megatron-core's own grouped GEMM needs the "
+                         "grouped_gemm package)")
     if args.overlap_param_gather and not args.distributed_optimizer:
         raise UsageError("--overlap-param-gather needs --distributed-optimizer")
     return args
@@ -328,7 +341,8 @@ def train(args, a: ModelArgs, moe: MoEShape, dp: int, rank: int, local_rank: int
 def main(argv=None) -> int:
     def parse():
         args = parse_args(argv)
-        return args, load_model_args(args.model, args.layers), load_moe_shape(args.model)
+        moe = load_moe_shape(args.model)        # first: it names the layers this script does not build
+        return args, load_model_args(args.model, args.layers), moe
 
     def start(parsed, world: int, rank: int, local_rank: int) -> None:
         args, a, moe = parsed

@@ -92,10 +92,9 @@ class RouteTable:
                     self._mark(out, src)
         elif packet in _TRANSPOSE:
             # a [tokens, experts] map transposed to [experts, tokens] (Megatron-core's permute), and back
-            if src is not None and src.kind == "map" and isinstance(out, FakeTensor) and out.dim() == 2:
-                rows, cols = out.shape
-                last = cols == src.experts if (rows == src.experts) != (cols == src.experts) else src.expert_last
-                self._mark(out, Route("map", src.experts, src.top_k, last))
+            if src is not None and src.kind == "map" and isinstance(out, FakeTensor) and out.dim() == 2 \
+                    and _swaps(packet, args, kwargs):
+                self._mark(out, Route("map", src.experts, src.top_k, not src.expert_last))
         elif packet in _SCATTER:
             self._scatter(args, kwargs, out)
         elif packet == "eq":
@@ -186,6 +185,19 @@ class RouteTable:
         with unset_fake_temporarily():
             value = torch.tensor(counts, dtype=out.dtype).reshape(out.shape)
         values.set(out, value)
+
+
+def _swaps(packet: str, args: tuple, kwargs: dict) -> bool:
+    """Whether a transpose-like op on a 2-D tensor swaps its two dimensions (`t`, `.T`, `transpose(0, 1)`,
+    `permute([1, 0])`), whatever their sizes."""
+    if packet in ("t", "numpy_T"):
+        return True
+    if packet == "transpose":
+        d0 = args[1] if len(args) > 1 else kwargs.get("dim0")
+        d1 = args[2] if len(args) > 2 else kwargs.get("dim1")
+        return isinstance(d0, int) and isinstance(d1, int) and d0 % 2 != d1 % 2
+    dims = args[1] if len(args) > 1 else kwargs.get("dims")
+    return dims is not None and [d % 2 for d in dims] == [1, 0]
 
 
 def packet_is_inplace(out: Any, target: Any) -> bool:

@@ -7,7 +7,7 @@ Each function issues the torch ops that read and write the same tensors as the k
 |---|---|
 | `multi_tensor_adam` (g, p, m, v read; p, m, v written) | `torch._fused_adam_` / `torch._fused_adamw_` |
 | `multi_tensor_l2norm` (every tensor read once) | `torch._foreach_norm` and one `torch.stack(...).norm()` |
-| `multi_tensor_scale` (one list read, one written) | `torch._foreach_mul` into the output list (`_foreach_copy_`) |
+| `multi_tensor_scale` (one list read, one written) | `torch._foreach_copy_` into the output list, then `_foreach_mul_` in place (a scale of 1: the copy alone) |
 """
 
 from __future__ import annotations
@@ -52,9 +52,16 @@ def multi_tensor_l2norm(tensors: list, per_tensor: bool = False):
 
 
 def multi_tensor_scale(sources: list, destinations: list, scale: float) -> None:
-    """destinations[i] = sources[i] * scale."""
+    """destinations[i] = sources[i] * scale, without a temporary (the kernel reads each source once and writes each
+    destination once): in place when they are the same tensors, a copy alone when the scale is 1."""
     import torch
     if not sources:
         return
-    scaled = torch._foreach_mul(list(sources), float(scale))
-    torch._foreach_copy_(list(destinations), scaled)
+    src, dst = list(sources), list(destinations)
+    if all(a is b for a, b in zip(src, dst)):
+        if float(scale) != 1.0:
+            torch._foreach_mul_(dst, float(scale))
+        return
+    torch._foreach_copy_(dst, src)
+    if float(scale) != 1.0:
+        torch._foreach_mul_(dst, float(scale))

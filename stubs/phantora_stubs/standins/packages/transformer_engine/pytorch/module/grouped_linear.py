@@ -10,7 +10,8 @@ from typing import Any, Callable
 
 import torch
 
-from .base import NotModelled, TransformerEngineBaseModule, initialize, new_parameter, refuse_unmodelled
+from .base import (NotModelled, TransformerEngineBaseModule, initialize, new_parameter, refuse_unmodelled,
+                   set_tp_attributes)
 
 
 def _accumulate(weight: torch.Tensor, wgrad: torch.Tensor, fuse: bool):
@@ -22,6 +23,16 @@ def _accumulate(weight: torch.Tensor, wgrad: torch.Tensor, fuse: bool):
             return torch.empty_like(weight)
         return None
     return wgrad
+
+
+def _skipped(weight: torch.Tensor, fuse: bool):
+    """The wgrad of an expert that got no rows: nothing added into `main_grad` when fused, else zeros."""
+    if fuse and hasattr(weight, "main_grad"):
+        if hasattr(weight, "grad_added_to_main_grad"):
+            weight.grad_added_to_main_grad = True
+            return torch.empty_like(weight)
+        return None
+    return torch.zeros_like(weight)
 
 
 class _GroupedGemm(torch.autograd.Function):
@@ -48,10 +59,9 @@ class _GroupedGemm(torch.autograd.Function):
         for m, w in zip(ctx.m_splits, weights):
             if m:
                 torch.mm(grad[start:start + m], w, out=dgrad[start:start + m])
-                wgrad = torch.mm(grad[start:start + m].t(), x[start:start + m])
-            else:
-                wgrad = torch.zeros_like(w)
-            wgrads.append(_accumulate(w, wgrad, ctx.fuse_wgrad))
+                wgrads.append(_accumulate(w, torch.mm(grad[start:start + m].t(), x[start:start + m]), ctx.fuse_wgrad))
+            else:                        # an expert without tokens: TE skips it (accumulating) or zeroes its wgrad
+                wgrads.append(_skipped(w, ctx.fuse_wgrad))
             start += m
         return (dgrad, None, None, *wgrads)
 
@@ -76,6 +86,7 @@ class GroupedLinear(TransformerEngineBaseModule):
         for i in range(num_gemms):
             w = new_parameter((out_features, in_features), params_dtype, device)
             initialize(w, init_method, get_rng_state_tracker, rng_tracker_name)
+            set_tp_attributes(w, 1 if parallel_mode == "row" else 0)      # as TE tags every weight{i}
             self.register_parameter(f"weight{i}", w)
 
     def forward(self, inp: torch.Tensor, m_splits: list[int], is_first_microbatch: bool | None = None, **kwargs):

@@ -103,8 +103,8 @@ class Linear(TransformerEngineBaseModule):
             in_local = _divide(in_features, self.tp_size, name)
         self.weight = new_parameter((out_local, in_local), params_dtype, device)
         initialize(self.weight, init_method, get_rng_state_tracker, rng_tracker_name)
-        if parallel_mode:
-            set_tp_attributes(self.weight, 0 if parallel_mode == "column" else 1)
+        # TE tags every weight, split or not (reset_parameters): Megatron's norm and zero counts read the tag
+        set_tp_attributes(self.weight, 1 if parallel_mode == "row" else 0)
         if bias:
             self.bias = new_parameter((out_local,), params_dtype, device)
             with torch.no_grad():
