@@ -170,14 +170,30 @@ def _install_record_stream() -> None:
 
 # ---- torch.compile ---------------------------------------------------------------------------------------------------
 
+COMPILE_WARNING = ("phantora: torch.compile is not simulated yet: the compiled code runs as eager kernels, so the "
+                   "simulated times are those of an eager run, not of the compiled one (docs/stubs.md)")
+
+
+def _warn_compile() -> None:
+    """Say once per rank that a compiled region is simulated as eager (a compiled real run fuses kernels: its steps
+    are faster than the simulated ones)."""
+    if not _PATCHED.get("compile_warned"):
+        _PATCHED["compile_warned"] = True
+        import sys
+        print(COMPILE_WARNING, file=sys.stderr, flush=True)
+
+
 def compile_identity(model: Any = None, *args: Any, **kwargs: Any) -> Any:
-    """torch.compile under phantora: returns the model (or function) unchanged; usable as a decorator."""
+    """torch.compile under phantora: returns the model (or function) unchanged, with a warning (once per rank) that
+    the compiled region is simulated as eager; usable as a decorator."""
+    _warn_compile()
     if model is None:
         return lambda m: m
     return model
 
 
 def _module_compile(self, *args: Any, **kwargs: Any) -> None:
+    _warn_compile()
     return None
 
 

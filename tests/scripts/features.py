@@ -3,6 +3,8 @@
 Prints one JSON object; the attention kernels it ran are visible in the op log.
 """
 
+import contextlib
+import io
 import json
 import time
 
@@ -94,7 +96,10 @@ except Exception as exc:  # noqa: BLE001
 # compilation and triton on a CPU-only torch
 def double(t):
     return t * 2
-out["compile_is_identity"] = torch.compile(double) is double
+_said = io.StringIO()
+with contextlib.redirect_stderr(_said):     # the first compile warns that it is simulated as eager, once
+    out["compile_is_identity"] = torch.compile(double) is double and torch.compile(double) is double
+out["compile_warnings"] = _said.getvalue().count("torch.compile is not simulated")
 try:
     import triton
     out["triton"] = {"stub": bool(getattr(triton, "__phantora_stub__", False)), "cdiv": triton.cdiv(10, 4)}
