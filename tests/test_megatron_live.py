@@ -46,7 +46,8 @@ def phantora_run(tmp: Path, gpus: int, *args: str, cache: Path,
     trace = tmp / "t.h5"
     summary = tmp / "summary.json"
     proc = subprocess.run([sys.executable, "-m", "phantora.cli", "run", "--cluster", "h100-hgx", "--gpus-per-node",
-                           str(gpus), "--trace", str(trace), *run_options, "--", "python", str(SCRIPT), "--model", MODEL,
+                           str(gpus), "--trace", str(trace), *run_options, "--", "python", str(SCRIPT),
+                           "--model", MODEL,
                            "--json-out", str(summary), *args],
                           capture_output=True, text=True, timeout=900, cwd=str(tmp), env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]

@@ -286,8 +286,9 @@ def train(args, a: ModelArgs, moe: MoEShape, dp: int, rank: int, local_rank: int
     peak = peak_tflops_for(device_name)
     log = rank == 0
     if log:
+        ep = f" (ep {args.ep})" if moe.num_experts else ""
         print(f"{PROG}: model {a.name} ({n_params:,} parameters, {a.n_layers} layers), world {world} = "
-              f"tp {args.tp} x pp {args.pp} x dp {dp}{f' (ep {args.ep})' if moe.num_experts else ''}, vpp {args.vpp or 1}, micro-batch {args.micro_batch}, "
+              f"tp {args.tp} x pp {args.pp} x dp {dp}{ep}, vpp {args.vpp or 1}, micro-batch {args.micro_batch}, "
               f"global batch {global_batch} ({microbatches} microbatches), seq {args.seq}, recompute "
               f"{args.recompute}, spec {args.spec}, on {device_name}", flush=True)
 
