@@ -7,6 +7,7 @@ numbers.
   and the hook-visible flag is set, as TE does for Megatron's gradient buffers;
 - `te.pytorch.DotProductAttention` on sbhd inputs with grouped-query heads: one fused attention kernel (cuDNN, TE's
   default backend on Hopper) forward and one backward, no repeat of the key/value heads;
+- every weight carries TE's tensor-parallel tags, split or not (Megatron's norm and zero counts read them);
 - FP8 (`fp8_autocast(enabled=True)`) is refused with an error naming it, not simulated as bf16;
 - without the option, `import transformer_engine` fails as on a machine without TE.
 """
@@ -43,6 +44,9 @@ fused.weight.main_grad = torch.zeros(OUT, IN, device="cuda", dtype=torch.float32
 fused.weight.grad_added_to_main_grad = False
 fused(x).sum().backward()
 print("FUSED", fused.weight.grad_added_to_main_grad, flush=True)
+grouped = tep.GroupedLinear(2, IN, OUT, bias=False, params_dtype=torch.bfloat16)
+print("TAGS", lin.weight.tensor_model_parallel, lin.weight.partition_dim, grouped.weight0.tensor_model_parallel,
+      flush=True)
 
 attn = tep.DotProductAttention(num_attention_heads=16, kv_channels=128, num_gqa_groups=4, attn_mask_type="causal")
 q = torch.randn(1024, 2, 16, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
@@ -76,6 +80,7 @@ def test_layers_cost_the_work_of_te_kernels(tmp_path, stub_cache):
     out = proc.stdout
     assert "VERSION 2.9" in out
     assert "FUSED True" in out
+    assert "TAGS True 0 True" in out
     assert "ATTN (1024, 2, 2048)" in out
     assert "REFUSED" in out and "fp8_autocast" in out
     n, k, m = 2048, 1024, 4096
