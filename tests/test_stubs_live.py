@@ -211,10 +211,8 @@ def test_unsupported_op_names_the_op_and_the_line(features_run):
     assert f"features.py:{marker_line('features.py', 'UNSUPPORTED-LINE')}" in message
 
 
-def test_compile_is_identity_and_triton_is_stubbed_when_missing(features_run):
+def test_triton_is_stubbed_when_missing(features_run):
     out, _, _ = features_run
-    assert out["compile_is_identity"] is True
-    assert out["compile_warnings"] == 1          # said once, however often the program compiles
     if build.find_torch().cuda_build or importlib.util.find_spec("triton") is not None:
         pytest.skip("a real triton is installed")
     assert out["triton"] == {"stub": True, "cdiv": 3, "isinstance": False, "config": "Config"}

@@ -21,9 +21,9 @@ def reference_command(record: Record, *, python: str = "python", steps: int = ST
         raise UnsupportedCase("the reference workload's selective checkpointing is every second block only")
     if p.cp > 1 or p.ep > 1 or (p.dp_shard > 1 and p.dp_replicate > 1):
         raise UnsupportedCase("the reference workload has no context/expert parallelism or HSDP")
-    if wl.compile or wl.float8:
-        raise UnsupportedCase("torch.compile and Float8 are not simulated")
+    if wl.float8:
+        raise UnsupportedCase("Float8 training is not simulated")
     dp_mode = "ddp" if p.dp_replicate > 1 else "fsdp"
     return [python, str(presets_dir() / "workloads" / "llama.py"), "--model", wl.model, "--dp-mode", dp_mode,
             "--tp", str(p.tp), "--pp", str(p.pp), "--batch", str(wl.micro_batch), "--seq", str(wl.seq_len),
-            "--ac", AC[wl.activation_checkpointing], "--steps", str(steps)]
+            "--ac", AC[wl.activation_checkpointing], "--steps", str(steps), *(["--compile"] if wl.compile else [])]

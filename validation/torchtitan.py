@@ -136,8 +136,6 @@ def torchtitan_args(record: Record, *, steps: int = STEPS) -> list[str]:
     recipe = load_framework("torchtitan").recipe(wl.model)
     if not recipe.supported:
         raise UnsupportedCase(f"TorchTitan 0.3.0 has no config for model preset '{wl.model}': {recipe.notes}")
-    if wl.compile:
-        raise UnsupportedCase("torch.compile is not simulated (compiled runs need a model of kernel fusion)")
     if wl.float8:
         raise UnsupportedCase("Float8 training is not simulated")
     p = wl.parallelism
@@ -164,6 +162,7 @@ def torchtitan_args(record: Record, *, steps: int = STEPS) -> list[str]:
     argv = torchtitan_argv(wl.model, assets_dir=assets_root() / wl.model, dp_shard=p.dp_shard, tp=p.tp, pp=p.pp,
                            cp=p.cp, dp_replicate=p.dp_replicate, local_batch=wl.micro_batch, seq_len=wl.seq_len,
                            ac=ac, steps=steps, python="python",
+                           extra=["--compile.enable"] if wl.compile else None,
                            module="phantora.frameworks.torchtitan.recipe_2024" if config else None, config=config)
     return argv[argv.index("--module"):]      # without `python -m torchtitan.train`
 

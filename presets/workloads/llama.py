@@ -15,7 +15,8 @@ It imports nothing from Phantora: the same file measures ground truth on real GP
 - parallelism on a DeviceMesh with dims (pp, dp, tp): `--tp N` tensor parallel (`parallelize_module`, Colwise/Rowwise
   plan, loss parallel), `--pp N` pipeline parallel (`PipelineStage` + `Schedule1F1B`, layers split evenly),
   `--dp-mode ddp|fsdp` over the remaining `WORLD_SIZE / (tp × pp)` ranks (DDP, or FSDP2 `fully_shard` per block plus
-  the root); `--ac none|full|selective` activation checkpointing (selective: every other block);
+  the root); `--ac none|full|selective` activation checkpointing (selective: every other block); `--compile`
+  compiles each block with `torch.compile(fullgraph=True)`;
 - random tokens drawn on the device (`torch.randint` with a generator seeded by the data-parallel rank), cross-entropy,
   AdamW (foreach), and TorchTitan-style logging on rank 0 plus a final `SUMMARY {json}` line.
 
@@ -208,6 +209,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--shard-one-rank", action="store_true",
                    help="apply FSDP2 even with one data-parallel rank (its all-gather and reduce-scatter streams "
                         "then run: for allocator measurements on one GPU)")
+    p.add_argument("--compile", action="store_true",
+                   help="torch.compile each block (fullgraph, after activation checkpointing and before FSDP, as "
+                        "TorchTitan does)")
     p.add_argument("--json-out", default=None, help="also write the SUMMARY json to this file (rank 0)")
     p.add_argument("--kernel-profile", default=None, metavar="DIR",
                    help="on CUDA, record steps 3-4 with torch.profiler and write the in-situ GPU time of every op "
@@ -384,6 +388,9 @@ def train(args, a: ModelArgs, layout: Layout, rank: int, local_rank: int) -> Non
     if layout.tp > 1:
         apply_tp(model, mesh["tp"])
     apply_ac(model, args.ac)
+    if args.compile:
+        for block in model.layers.values():
+            block.compile(fullgraph=True)
     if use_fsdp:
         apply_fsdp(model, mesh["dp"], dtype, reshard_blocks=layout.pp == 1)
     model.to_empty(device=device)

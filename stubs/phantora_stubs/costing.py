@@ -40,6 +40,7 @@ class Coster:
             raise StubConfigError(f"cost model package '{package}' (PHANTORA_COSTMODEL) cannot be imported: {exc}") \
                 from None
         self.signature_of = sigmod.signature_of
+        self.Signature = sigmod.Signature
         profile = os.environ.get("PHANTORA_PROFILE") or None
         if package == "phantora.costmodel" or importlib.util.find_spec(f"{package}.select") is not None:
             # the package's choice of measured profiles (own GPU's, else a cross-GPU fallback), as replay's
@@ -51,7 +52,10 @@ class Coster:
         self._cache: dict[Any, Costed] = {}
 
     def cost(self, func: Any, args: Any, kwargs: Any) -> Costed:
-        sig = self.signature_of(func, args, kwargs)
+        return self.cost_signature(self.signature_of(func, args, kwargs))
+
+    def cost_signature(self, sig: Any) -> Costed:
+        """The cost of a kernel given by its signature (a kernel that is no aten op: Inductor's, compiled.py)."""
         hit = self._cache.get(sig)
         if hit is not None:
             return hit

@@ -91,6 +91,12 @@ def _exchange_device(device: int) -> int:
     return prev
 
 
+def _maybe_exchange_device(device: int) -> int:
+    """torch.cuda._maybe_exchange_device: the same answer as `_exchange_device`, but its own function, as in torch
+    (Dynamo keeps a table of torch functions and refuses two names for one object)."""
+    return _exchange_device(device)
+
+
 class device:
     """Context manager that changes the current device (torch.cuda.device)."""
 

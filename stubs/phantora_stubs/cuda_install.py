@@ -17,7 +17,7 @@ Nothing here touches a real GPU, also on a CUDA build of torch. docs/stubs.md li
 from __future__ import annotations
 
 from .cuda_c_bindings import _c_functions
-from .cuda_device import (_exchange_device, _is_in_bad_fork, _lazy_init, can_device_access_peer, current_device,
+from .cuda_device import (_exchange_device, _is_in_bad_fork, _maybe_exchange_device, _lazy_init, can_device_access_peer, current_device,
                           device, device_count, device_of, get_arch_list, get_device_capability, get_device_name,
                           get_device_properties, get_gencode_flags, init, is_available, is_bf16_supported,
                           is_initialized, is_tf32_supported, set_device)
@@ -43,7 +43,7 @@ from .cuda_versions import _install_versions
 _CUDA_FUNCS = {
     "is_available": is_available, "is_initialized": is_initialized, "_lazy_init": _lazy_init, "init": init,
     "_is_in_bad_fork": _is_in_bad_fork, "device_count": device_count, "current_device": current_device,
-    "set_device": set_device, "_exchange_device": _exchange_device, "_maybe_exchange_device": _exchange_device,
+    "set_device": set_device, "_exchange_device": _exchange_device, "_maybe_exchange_device": _maybe_exchange_device,
     "device": device, "device_of": device_of, "get_device_properties": get_device_properties,
     "get_device_name": get_device_name, "get_device_capability": get_device_capability,
     "get_arch_list": get_arch_list, "get_gencode_flags": get_gencode_flags, "is_bf16_supported": is_bf16_supported,

@@ -7,7 +7,8 @@ for the rest of the program. Then it applies:
   `nn.Module.to()` / `to_empty()`;
 - DeviceMesh bookkeeping (a small CPU tensor of ranks, `nonzero`, `tolist`) with the fake mode unset;
 - a no-op Meta kernel for `aten::record_stream`;
-- `torch.compile` (and `nn.Module.compile`) as identity: compiled runs need their own model of fusion;
+- `torch.compile` (and `nn.Module.compile`) compiled by Dynamo and Inductor, whose generated kernels are simulated
+  (compiled.py, docs/compile.md);
 - a `triton` stub package when triton is not installed (see triton_stub.py);
 - `torch.nn.attention.flex_attention._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG = True`, so eager flex attention runs as
   the `flex_attention` higher-order op the interceptor sees; the eager path's per-call Python (tracing the score and
@@ -170,39 +171,13 @@ def _install_record_stream() -> None:
 
 # ---- torch.compile ---------------------------------------------------------------------------------------------------
 
-COMPILE_WARNING = ("phantora: torch.compile is not simulated yet: the compiled code runs as eager kernels, so the "
-                   "simulated times are those of an eager run, not of the compiled one (docs/stubs.md)")
-
-
-def _warn_compile() -> None:
-    """Say once per rank that a compiled region is simulated as eager (a compiled real run fuses kernels: its steps
-    are faster than the simulated ones)."""
-    if not _PATCHED.get("compile_warned"):
-        _PATCHED["compile_warned"] = True
-        import sys
-        print(COMPILE_WARNING, file=sys.stderr, flush=True)
-
-
-def compile_identity(model: Any = None, *args: Any, **kwargs: Any) -> Any:
-    """torch.compile under phantora: returns the model (or function) unchanged, with a warning (once per rank) that
-    the compiled region is simulated as eager; usable as a decorator."""
-    _warn_compile()
-    if model is None:
-        return lambda m: m
-    return model
-
-
-def _module_compile(self, *args: Any, **kwargs: Any) -> None:
-    _warn_compile()
-    return None
-
-
 def _install_compile() -> None:
+    """torch.compile runs Dynamo, AOTAutograd and Inductor's scheduler; the kernels are simulated (compiled.py)."""
     if "compile" in _PATCHED:
         return
+    from . import compiled
     _PATCHED["compile"] = torch.compile
-    torch.compile = compile_identity
-    torch.nn.Module.compile = _module_compile
+    compiled.install()
 
 
 # ---- flex attention, set_timeout -------------------------------------------------------------------------------------
@@ -510,5 +485,7 @@ def install(ctx) -> None:
     ictp.__enter__()
     ctx.fake_mode = mode
     ctx.interceptor = ictp
+    from . import compiled
+    compiled.bind(ctx)
     if hasattr(os, "register_at_fork"):
         os.register_at_fork(after_in_child=lambda: _leave_fake_in_child(ctx))

@@ -43,6 +43,7 @@ from torch.utils.weak import WeakIdKeyDictionary
 
 from . import alltoall, comm, cuda_checks, exchange, host_compute
 from .clock import METER
+from .compiled import SILENT
 from .clock import REAL as _REAL_CLOCKS
 from .errors import UnsupportedOpError, user_location
 from .routes import ROUTES
@@ -104,6 +105,10 @@ def _classify(func: Any) -> int:
     if func.is_view:
         return VIEW
     return KERNEL
+
+
+_RNG_WRAPPERS = frozenset({"graphsafe_run_with_rng_state", "run_with_rng_state"})
+"""Higher-order ops that run one op under a given RNG state (torch._prims.rng_prims): the kernel is that op's."""
 
 
 class _Shadow(threading.local):
@@ -169,6 +174,12 @@ def _cuda_index(tensors: list[torch.Tensor]) -> int | None:
 class Interceptor(TorchDispatchMode):
     supports_higher_order_operators = True
 
+    @classmethod
+    def ignore_compile_internals(cls) -> bool:
+        """Dynamo compiles frames while this mode is active (it skips them beside a mode that says otherwise); what
+        a compiled region runs comes back here through compiled.py."""
+        return True
+
     def __init__(self, ctx):
         super().__init__()
         self.ctx = ctx
@@ -186,6 +197,8 @@ class Interceptor(TorchDispatchMode):
             # Metadata-only computation (DTensor sharding propagation on global shapes): no GPU work happens. The
             # fake-tensor work is host work a real run does too, so the meter goes on counting it.
             return func(*args, **(kwargs or {}))
+        if SILENT.depth:
+            return self._silent(func, args, kwargs or {})
         METER.enter(0)                 # first: what follows is the stubs' own work (model mode: the calls that
         try:                           # reached here are charged back per dispatch, see calibrate_dispatch_counts)
             METER.dispatch()           # one aten op through the dispatcher, as on a real run (host CPU model)
@@ -211,6 +224,13 @@ class Interceptor(TorchDispatchMode):
             if VALUES.watching() or func is _LIFT_FRESH:
                 VALUES.after_op(func, _packet_name(func), args, kwargs, out)
             return out
+        if cat == HOP and getattr(func, "__name__", "") in _RNG_WRAPPERS:
+            # a compiled region's op run under a saved RNG state (activation checkpointing): the op is the kernel
+            if func.__name__ == "run_with_rng_state":
+                op, args = args[1], args[2:]
+            else:
+                op, args = args[0], args[1:]
+            return self._dispatch(op, args, {k: v for k, v in kwargs.items() if k != "rng_state"})
         if cat == KERNEL or cat == HOP:
             return self._kernel(func, args, kwargs)
         if cat == COPY:
@@ -230,6 +250,28 @@ class Interceptor(TorchDispatchMode):
         if cat == PIN:
             return self._pin(func, args, kwargs)
         return self._run(func, args, kwargs)     # PASS
+
+    def _silent(self, func, args, kwargs):
+        """An op of a compiled region whose work is part of a fused kernel (compiled.py): computed on fake tensors,
+        its new storages tracked, no kernel and no dispatch of its own."""
+        if _current_fake_mode(_FAKE_KEY) is None:
+            return func(*args, **kwargs)
+        out = self._run(func, args, kwargs)
+        if SILENT.track and not func.is_view:
+            self.mem.track(_tensors(out))
+        return out
+
+    def emit_fused(self, kind: str, name: str, numel: int, rnumel: int, nbytes: int, flops: int,
+                   device: int) -> None:
+        """One kernel Inductor generated for a compiled region (compiled.py; costed by the `fused` family)."""
+        sig = self.coster.Signature(op=f"inductor.{kind}.default", scalars=(
+            ("name", name), ("numel", int(numel)), ("rnumel", int(rnumel)), ("bytes", int(nbytes)),
+            ("flops", int(flops))))
+        c = self.coster.cost_signature(sig)
+        prefix = "triton_red_" if kind == "reduction" else "triton_poi_"
+        self.rt.submit(Op(OpKind.KERNEL, stream=self.dev.stream(device), name=prefix + name, sig=c.sig_id,
+                          duration=c.duration, flops=c.flops, nbytes=int(c.nbytes), cpu_delta=METER.claim(),
+                          source=c.source, mem=0))
 
     # -- running under the fake mode ----------------------------------------------------------------------------
     def _run(self, func, args, kwargs):

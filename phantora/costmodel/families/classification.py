@@ -90,6 +90,8 @@ def classify(op: str) -> str:
     """The family of an op name ('aten.mm.default' -> 'matmul'). Conditional views classify as 'view' here;
     `work()` turns them into copies when the input is not contiguous."""
     ns, name, _ = _packet(op)
+    if ns == "inductor":              # a kernel Inductor generated (torch.compile): families/fused.py
+        return REDUCTION if name == "reduction" else ELEMENTWISE
     if ns in _COLLECTIVE_NS:
         return COLLECTIVE
     if name in _VIEW_OPS or name in _CONDITIONAL_VIEWS:

@@ -1,0 +1,328 @@
+"""`torch.compile` under simulation: Inductor decides the kernels, the simulation costs them (docs/compile.md).
+
+A compiled region runs as on a CUDA machine up to the point where Inductor writes code: Dynamo traces the program's
+Python into FX graphs (its graph breaks, guards and recompilations are its own), AOTAutograd splits forward and
+backward and decides what is saved, Inductor decomposes and lowers the graph, and its scheduler fuses the lowered
+nodes into kernels. None of that needs a GPU. Instead of generating and compiling Triton code, the compiled module
+handed back to Inductor (`_SimulatedModule`) keeps the scheduler's kernel list:
+
+- a generated (Triton) kernel becomes one op `inductor.pointwise` or `inductor.reduction` whose signature carries
+  the kernel's name (the aten ops it fuses), its element counts and the bytes Inductor itself counts for it
+  (`get_read_write_buffers_sizes`), costed by the cost model's `fused` family;
+- an extern kernel (a GEMM, attention, a collective, an op Inductor falls back to) runs as the aten op it calls,
+  through the interceptor as in eager mode, so it is costed and communicated exactly as there.
+
+Calling the compiled module executes the post-grad FX graph node by node on fake tensors: the ops a generated kernel
+covers run silently (no kernel of their own; their results take memory only where Inductor materializes a buffer),
+and the generated kernel is issued after the last of them; the region's outputs take memory whichever op made them.
+
+The compilation is not the framework's host work as counted elsewhere (its Python is Dynamo's and Inductor's, and a
+real compilation also generates and compiles Triton code in worker processes): a process's first compilation charges
+`COMPILE_FIRST_S` of host time, measured on GPU hosts, and none of its counted work.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import sys
+import threading
+import warnings
+from typing import Any
+
+import torch
+
+from .clock import METER, host_work
+
+COMPILE_FIRST_S = 12.45
+"""Host seconds of a process's first compilation: the median, over 8 runs of the reference workload with `--compile`
+on 1 x H100 and 2 x H200 hosts (16 and 32 cores; torch 2.11, Triton 3.6), of the first step's time less the median
+step (8.75 to 14.16 s; groundtruth/local/compile-h100x1, compile-h200x2). It did not grow with the number of graphs
+(2 or 4) or the model (1B to 8B): most of it is Inductor's and Triton's fixed start-up and the parallel compilation
+of about twenty kernels."""
+
+
+class _Silent(threading.local):
+    depth = 0
+    track = True       # whether the op's new storages take memory (a buffer Inductor materializes)
+
+
+SILENT = _Silent()
+"""Per-thread state of ops whose work is part of a generated kernel issued separately: the interceptor computes them
+on fake tensors, issues no kernel and counts no dispatch, and tracks their memory only when `track` is set."""
+
+
+@contextlib.contextmanager
+def silent(track: bool):
+    SILENT.depth += 1
+    before, SILENT.track = SILENT.track, track
+    try:
+        yield
+    finally:
+        SILENT.depth -= 1
+        SILENT.track = before
+
+
+class _Stats:
+    frames = 0           # frames Dynamo compiled (recompilations included)
+    recompiles = 0       # compilations of a frame that had been compiled before (a guard failed)
+    graphs = 0           # graphs Inductor lowered (a forward and a backward count two)
+    generated = 0        # generated kernels in those graphs
+    extern = 0           # extern kernels (GEMMs, attention, fallbacks, collectives) in them
+    charged = False      # the first compilation's host time has been charged
+    cudagraphs = False   # a mode that asked for CUDA graphs was simulated without them
+
+
+STATS = _Stats()
+_CTX: Any = None
+
+
+# ---- what Inductor decided ----------------------------------------------------------------------------------------
+
+class _Kernel:
+    __slots__ = ("kind", "name", "numel", "rnumel", "nbytes", "flops", "last", "device")
+
+    def __init__(self, kind: str, name: str, numel: int, rnumel: int, nbytes: int, flops: int, last: int,
+                 device: int):
+        self.kind, self.name, self.numel, self.rnumel = kind, name, numel, rnumel
+        self.nbytes, self.flops, self.last, self.device = nbytes, flops, last, device
+
+
+def _int(x: Any) -> int:
+    try:
+        return int(x)
+    except (TypeError, ValueError):         # a symbolic size: its hint (dynamic shapes)
+        from torch._inductor.virtualized import V
+        return int(V.graph.sizevars.size_hint(x, fallback=1))
+
+
+def _product(xs: Any) -> int:
+    n = 1
+    for x in xs:
+        n *= _int(x)
+    return n
+
+
+def _origins(ir_node: Any) -> Any:
+    return ir_node.get_origins() if ir_node is not None and hasattr(ir_node, "get_origins") else ()
+
+
+def _group_sizes(snode: Any) -> tuple[int, int]:
+    """(elements, reduced elements per output) of a scheduler node's iteration group."""
+    group = snode.group[1] if isinstance(snode.group, tuple) and len(snode.group) == 2 else ()
+    sizes = []
+    for g in group:
+        sizes.append(_product(g) if isinstance(g, (tuple, list)) else _int(g))
+    numel = sizes[0] if sizes else 0
+    rnumel = sizes[1] if len(sizes) > 1 else 1
+    return numel, rnumel
+
+
+def _plan(graph: Any) -> tuple[list[_Kernel], set[int], set[int]]:
+    """The generated kernels of a lowered graph (each with the index of its last FX node), the FX nodes that extern
+    kernels run, and the FX nodes whose values Inductor materializes in memory."""
+    from torch._inductor import scheduler as sch
+    from torch._inductor.utils import get_fused_kernel_name
+
+    graph._update_scheduler()           # Inductor's own scheduler: fusion decided as for code generation
+    index = {node: i for i, node in enumerate(graph.module.graph.nodes)}
+    materialized: set[int] = set()
+    for buf in graph.buffers:
+        node = getattr(buf, "origin_node", None)
+        if node in index:
+            materialized.add(index[node])
+            continue
+        found = [index[o] for o in _origins(buf) if o in index]   # the value stored: its chain's last op
+        if found:
+            materialized.add(max(found))
+    kernels: list[_Kernel] = []
+    extern: set[int] = set()
+    for snode in graph.scheduler.nodes:
+        if isinstance(snode, sch.NopKernelSchedulerNode):
+            continue
+        if isinstance(snode, sch.ExternKernelSchedulerNode):
+            # the FX node whose lowering is this call (its `origins` also name the ops fused into its inputs)
+            node = getattr(snode.node, "origin_node", None)
+            found = [index[o] for o in _origins(snode.node) if o in index]
+            if node in index:
+                extern.add(index[node])
+            elif found:
+                extern.add(max(found))
+            continue
+        device = snode.get_device()
+        origins = [index[o] for n in snode.get_nodes() for o in _origins(n.node) if o in index]
+        if not origins or device is None or device.type != "cuda":
+            continue
+        reduction = any(isinstance(n, sch.SchedulerNode) and n.is_reduction() for n in snode.get_nodes())
+        numel, rnumel = _group_sizes(snode)
+        ops = sum(1 for n in snode.get_nodes() for o in _origins(n.node) if getattr(o, "op", "") == "call_function")
+        kernels.append(_Kernel("reduction" if reduction else "pointwise",
+                               get_fused_kernel_name(snode.get_nodes(), "original_aten"), numel, rnumel,
+                               _int(snode.get_read_write_buffers_sizes()), ops * numel * max(rnumel, 1),
+                               max(origins), device.index or 0))
+    return kernels, extern, materialized
+
+
+# ---- the compiled module ------------------------------------------------------------------------------------------
+
+class _SimulatedModule:
+    """What `GraphLowering.compile_to_module` returns under simulation; `call(args)` runs the graph (see above)."""
+
+    __file__ = "<phantora: simulated Inductor module>"
+
+    def __init__(self, gm: torch.fx.GraphModule, kernels: list[_Kernel], extern: set[int], materialized: set[int]):
+        self.gm = gm
+        self.nodes = list(gm.graph.nodes)
+        self.after: dict[int, list[_Kernel]] = {}
+        for k in kernels:
+            self.after.setdefault(k.last, []).append(k)
+        self.materialized = materialized
+        self.silent = {i for i, n in enumerate(self.nodes) if n.op == "call_function" and i not in extern}
+
+    def call(self, args: list) -> Any:
+        METER.enter(1)           # the wrapper's own Python is not the framework's; its launches are charged
+        try:
+            icpt = _CTX.interceptor
+            out = _Runner(self, icpt).run(*args, enable_io_processing=False)
+            # what the region returns is in memory, whichever op made it
+            icpt.mem.track([t for t in torch.utils._pytree.tree_leaves(out) if isinstance(t, torch.Tensor)])
+        finally:
+            METER.exit()
+        args.clear()              # Inductor's calling convention: the callee owns (and drops) its inputs
+        return out
+
+
+class _Runner(torch.fx.Interpreter):
+    def __init__(self, mod: _SimulatedModule, icpt: Any):
+        super().__init__(mod.gm, garbage_collect_values=True)
+        self.mod = mod
+        self.icpt = icpt
+        self.position = {n: i for i, n in enumerate(mod.nodes)}
+
+    def run_node(self, n):
+        i = self.position[n]
+        if i in self.mod.silent:
+            with silent(i in self.mod.materialized):
+                out = super().run_node(n)
+        else:
+            out = super().run_node(n)
+        for k in self.mod.after.get(i, ()):
+            self.icpt.emit_fused(k.kind, k.name, k.numel, k.rnumel, k.nbytes, k.flops, k.device)
+        return out
+
+
+def _compile_to_module(self):
+    """GraphLowering.compile_to_module under simulation: the scheduler's kernels, no code."""
+    kernels, extern, materialized = _plan(self)
+    STATS.graphs += 1
+    STATS.generated += len(kernels)
+    STATS.extern += len(extern)
+    return _SimulatedModule(self.module, kernels, extern, materialized)
+
+
+# ---- Dynamo's compilation: shadowed, priced -----------------------------------------------------------------------
+
+def _wrap_compile(original):
+    def _compile(code, *args, **kwargs):
+        from .interceptor import shadow
+        STATS.frames += 1
+        if len(args) >= 10 and args[9] is not None:       # cache_entry: this frame was compiled before
+            STATS.recompiles += 1
+        METER.enter(1)
+        try:
+            with shadow():                                 # tracing on fake tensors is no GPU work
+                return original(code, *args, **kwargs)
+        finally:
+            METER.exit()
+            if not STATS.charged:
+                STATS.charged = True
+                host_work(COMPILE_FIRST_S)
+    _compile.__wrapped__ = original                        # type: ignore[attr-defined]
+    return _compile
+
+
+def _wrap_torch_compile(original):
+    def compile(model: Any = None, *args: Any, **kwargs: Any) -> Any:
+        mode = kwargs.get("mode")
+        options = dict(kwargs.get("options") or {})
+        if mode in ("reduce-overhead", "max-autotune") or options.get("triton.cudagraphs"):
+            # CUDA graphs replay recorded launches: not simulated; the region's kernels are launched one by one
+            if not STATS.cudagraphs:
+                STATS.cudagraphs = True
+                print(f"phantora: torch.compile(mode={mode!r}) is simulated without CUDA graphs: its kernels are "
+                      "launched one by one (docs/compile.md)", file=sys.stderr, flush=True)
+            if mode == "reduce-overhead":
+                kwargs.pop("mode")
+            elif mode == "max-autotune":
+                kwargs["mode"] = "max-autotune-no-cudagraphs"
+            options.pop("triton.cudagraphs", None)
+            if options:
+                kwargs["options"] = options
+            else:
+                kwargs.pop("options", None)
+        return original(model, *args, **kwargs)
+    compile.__wrapped__ = original                         # type: ignore[attr-defined]
+    compile.__doc__ = original.__doc__
+    return compile
+
+
+def report() -> str | None:
+    """One line on what was compiled in this process, or None when nothing was."""
+    if not STATS.frames:
+        return None
+    import torch._dynamo.utils as dynamo_utils
+    breaks = dynamo_utils.counters.get("graph_break", {})
+    n_breaks = sum(breaks.values())
+    line = (f"phantora: torch.compile: {STATS.frames} frame(s) compiled ({STATS.recompiles} recompilation(s)), "
+            f"{n_breaks} graph break(s), {STATS.graphs} Inductor graph(s) with {STATS.generated} generated and "
+            f"{STATS.extern} extern kernel(s)")
+    if breaks:
+        top = sorted(breaks.items(), key=lambda kv: -kv[1])[:3]
+        line += "; breaks: " + "; ".join(f"{n} x {reason[:120]}" for reason, n in top)
+    return line
+
+
+def _report_at_exit() -> None:
+    line = report()
+    if line is not None and os.environ.get("PHANTORA_RANK", "0") == "0":
+        print(line, file=sys.stderr, flush=True)
+
+
+# ---- installation -------------------------------------------------------------------------------------------------
+
+def bind(ctx) -> None:
+    """The rank's context (its interceptor issues the compiled regions' kernels)."""
+    global _CTX
+    _CTX = ctx
+
+
+def install() -> None:
+    """Let torch.compile run Dynamo, AOTAutograd and Inductor's lowering and scheduling; simulate the kernels."""
+    import torch._dynamo.convert_frame as convert_frame
+    import torch._functorch.config as functorch_config
+    import torch._inductor.config as inductor_config
+    import torch._inductor.scheduler as scheduler
+    from torch._inductor.graph import GraphLowering
+
+    # nothing is read from or written to the compile caches: a simulated compilation must not be reused as code
+    inductor_config.fx_graph_cache = False
+    inductor_config.fx_graph_remote_cache = False
+    inductor_config.autotune_local_cache = False
+    inductor_config.autotune_remote_cache = False
+    functorch_config.enable_autograd_cache = False
+    inductor_config.compile_threads = 1
+    inductor_config.triton.cudagraphs = False
+    # GEMMs stay cuBLAS calls (max-autotune's Triton templates would need a GPU to choose among them)
+    inductor_config.max_autotune_gemm_backends = "ATEN"
+    # constant folding evaluates tensors at compile time: placeholders have no values to fold
+    inductor_config.joint_graph_constant_folding = False
+    scheduler.has_triton = lambda: True      # the CUDA backend's fusion rules are Triton's; no Triton is needed
+    GraphLowering.compile_to_module = _compile_to_module
+    if not hasattr(convert_frame._compile, "__wrapped__"):
+        convert_frame._compile = _wrap_compile(convert_frame._compile)
+    if not hasattr(torch.compile, "__wrapped__"):
+        torch.compile = _wrap_torch_compile(torch.compile)
+    # Inductor checks its inputs' alignment through data_ptr(), which a fake tensor answers with a warning
+    warnings.filterwarnings("ignore", message="Accessing the data pointer of FakeTensor")
+    atexit.register(_report_at_exit)

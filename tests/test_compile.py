@@ -1,0 +1,87 @@
+"""torch.compile under simulation (stubs/phantora_stubs/compiled.py, docs/compile.md): Inductor's own fusion decides
+the kernels, their traffic obeys the roofline, a compiled block does the same matrix work as the eager one with
+fewer kernels, and what a user debugging a compiled run needs (graph breaks, compilation time) is reported."""
+
+from __future__ import annotations
+
+import pytest
+
+from phantora.gpus import load_gpu
+from test_stubs_live import read_oplog, run_script
+
+N = 1 << 24                     # elements of the pointwise chain (tests/scripts/compiled_steps.py)
+GEMMS = ("mm", "addmm", "bmm")
+
+
+@pytest.fixture(scope="module")
+def compiled_run(stub_cache, tmp_path_factory):
+    oplog = tmp_path_factory.mktemp("compiled") / "ops.jsonl"
+    out = run_script("compiled_steps.py", stub_cache, oplog=oplog)
+    ops = read_oplog(oplog)
+    sections, cur = [], []
+    for op in ops:
+        if op["kind"] == "SYNC_DEVICE":
+            sections.append(cur)
+            cur = []
+        elif op["kind"] == "KERNEL":
+            cur.append(op)
+    return out, sections
+
+
+def _packet(op):
+    parts = op["name"].split(".")
+    return parts[1] if len(parts) > 2 else op["name"]
+
+
+def test_a_pointwise_chain_is_one_generated_kernel_at_the_memory_roofline(compiled_run):
+    out, sections = compiled_run
+    gpu = load_gpu("h100-sxm-80gb")
+    compiled, eager = sections[2], sections[3]
+    assert out["chain_shape"] == [N]
+    assert len(compiled) == 1 and compiled[0]["name"].startswith("triton_poi_fused")
+    # fused: the input read once and the output written once (bf16), no intermediate in memory
+    assert compiled[0]["nbytes"] == 2 * N * 2
+    assert compiled[0]["duration"] >= compiled[0]["nbytes"] / (gpu.hbm_bandwidth_gbyte_per_s * 1e9)
+    # eager runs mul, add and relu as three kernels, each through memory
+    assert len(eager) == 3 and sum(op["nbytes"] for op in eager) >= 3 * compiled[0]["nbytes"]
+    assert sum(op["duration"] for op in eager) > compiled[0]["duration"]
+
+
+def test_the_first_call_pays_the_compilation_and_later_calls_do_not(compiled_run):
+    from phantora_stubs.compiled import COMPILE_FIRST_S
+    out, _ = compiled_run
+    assert out["first_call_s"] >= COMPILE_FIRST_S
+    assert out["second_call_s"] < 0.01
+
+
+def test_a_compiled_block_does_the_eager_matrix_work_with_fewer_kernels_and_less_memory(compiled_run):
+    out, sections = compiled_run
+    eager, compiled = sections[4], sections[5]
+
+    def gemms(ops):
+        return sorted((op["flops"] for op in ops if _packet(op) in GEMMS))
+
+    assert gemms(compiled) and gemms(compiled) == gemms(eager)           # the same GEMMs, on cuBLAS
+    rest_c = [op for op in compiled if _packet(op) not in GEMMS]
+    rest_e = [op for op in eager if _packet(op) not in GEMMS]
+    assert any(op["name"].startswith("triton_") for op in rest_c)
+    assert len(rest_c) < len(rest_e)
+    assert sum(op["nbytes"] for op in rest_c) < sum(op["nbytes"] for op in rest_e)
+    assert sum(op["duration"] for op in compiled) < sum(op["duration"] for op in eager)
+    assert 0 < out["compiled_peak"] <= out["eager_peak"]
+
+
+def test_checkpointed_attention_is_costed_as_attention_in_forward_and_recomputation(compiled_run):
+    _, sections = compiled_run
+    ac = sections[6]
+    fwd = [op for op in ac if "attention" in op["name"] and "backward" not in op["name"]]
+    bwd = [op for op in ac if "attention" in op["name"] and "backward" in op["name"]]
+    assert len(bwd) == 2 and len(fwd) == 4                  # 2 steps: forward, and again in the backward
+    assert all(op["flops"] > 0 for op in fwd)
+    assert not any("rng_state" in op["name"] for op in ac)
+
+
+def test_graph_breaks_are_reported(compiled_run):
+    out, sections = compiled_run
+    assert "1 graph break(s)" in out["report"]
+    assert len([op for op in sections[7] if op["name"].startswith("triton_")]) == 2    # one kernel per side
