@@ -85,3 +85,38 @@ def test_graph_breaks_are_reported(compiled_run):
     out, sections = compiled_run
     assert "1 graph break(s)" in out["report"]
     assert len([op for op in sections[7] if op["name"].startswith("triton_")]) == 2    # one kernel per side
+
+
+# ---- Float8 (torchao) ---------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def float8_run(stub_cache, tmp_path_factory):
+    pytest.importorskip("torchao")
+    oplog = tmp_path_factory.mktemp("float8") / "ops.jsonl"
+    out = run_script("float8_steps.py", stub_cache, oplog=oplog)
+    sections, cur = [], []
+    for op in read_oplog(oplog):
+        if op["kind"] == "SYNC_DEVICE":
+            sections.append(cur)
+            cur = []
+        elif op["kind"] == "KERNEL":
+            cur.append(op)
+    return out, sections
+
+
+@pytest.mark.parametrize("section", [1, 3], ids=["eager", "compiled"])
+def test_float8_linear_runs_three_fp8_gemms_at_most_at_the_fp8_peak(float8_run, section):
+    out, sections = float8_run
+    gpu = load_gpu("h100-sxm-80gb")
+    m, k, n = 8192, 4096, 8192                           # tests/scripts/float8_steps.py
+    assert out["converted"] == "Float8Linear" and out["grad_dtype"] == "torch.bfloat16"
+    fp8 = [op for op in sections[section] if _packet(op) == "_scaled_mm"]
+    # forward, input gradient, weight gradient: each 2·M·N·K, none left in bf16
+    assert [op["flops"] for op in fp8] == [2.0 * m * n * k] * 3
+    assert not any(_packet(op) in GEMMS for op in sections[section])
+    for op in fp8:
+        assert op["duration"] >= op["flops"] / (gpu.peak_tflops["fp8"] * 1e12)
+    # the scaling (amax, casts) around them: eager kernels one by one, fused when compiled
+    if section == 3:
+        assert any(op["name"].startswith("triton_") for op in sections[section])
+        assert len(sections[3]) < len(sections[1])

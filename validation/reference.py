@@ -1,5 +1,6 @@
 """The command that reproduces a record of the reference workload (framework "phantora-llama":
-presets/workloads/llama.py, the trainer the `local` suite was measured with)."""
+presets/workloads/llama.py, the trainer the `local` suite was measured with). Its Float8 records were measured with
+torchao's tensorwise recipe (`--float8 tensorwise`)."""
 
 from __future__ import annotations
 
@@ -21,9 +22,8 @@ def reference_command(record: Record, *, python: str = "python", steps: int = ST
         raise UnsupportedCase("the reference workload's selective checkpointing is every second block only")
     if p.cp > 1 or p.ep > 1 or (p.dp_shard > 1 and p.dp_replicate > 1):
         raise UnsupportedCase("the reference workload has no context/expert parallelism or HSDP")
-    if wl.float8:
-        raise UnsupportedCase("Float8 training is not simulated")
     dp_mode = "ddp" if p.dp_replicate > 1 else "fsdp"
     return [python, str(presets_dir() / "workloads" / "llama.py"), "--model", wl.model, "--dp-mode", dp_mode,
             "--tp", str(p.tp), "--pp", str(p.pp), "--batch", str(wl.micro_batch), "--seq", str(wl.seq_len),
-            "--ac", AC[wl.activation_checkpointing], "--steps", str(steps), *(["--compile"] if wl.compile else [])]
+            "--ac", AC[wl.activation_checkpointing], "--steps", str(steps), *(["--compile"] if wl.compile else []),
+            *(["--float8", "tensorwise"] if wl.float8 else [])]

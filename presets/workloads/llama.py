@@ -16,7 +16,8 @@ It imports nothing from Phantora: the same file measures ground truth on real GP
   plan, loss parallel), `--pp N` pipeline parallel (`PipelineStage` + `Schedule1F1B`, layers split evenly),
   `--dp-mode ddp|fsdp` over the remaining `WORLD_SIZE / (tp × pp)` ranks (DDP, or FSDP2 `fully_shard` per block plus
   the root); `--ac none|full|selective` activation checkpointing (selective: every other block); `--compile`
-  compiles each block with `torch.compile(fullgraph=True)`;
+  compiles each block with `torch.compile(fullgraph=True)`; `--float8 tensorwise|rowwise` trains the blocks' linear
+  layers in Float8 (torchao);
 - random tokens drawn on the device (`torch.randint` with a generator seeded by the data-parallel rank), cross-entropy,
   AdamW (foreach), and TorchTitan-style logging on rank 0 plus a final `SUMMARY {json}` line.
 
@@ -212,6 +213,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--compile", action="store_true",
                    help="torch.compile each block (fullgraph, after activation checkpointing and before FSDP, as "
                         "TorchTitan does)")
+    p.add_argument("--float8", choices=("tensorwise", "rowwise"), default=None,
+                   help="Float8 training of the blocks' linear layers (torchao's convert_to_float8_training with "
+                        "this recipe; the output head stays bf16, as TorchTitan filters it)")
     p.add_argument("--json-out", default=None, help="also write the SUMMARY json to this file (rank 0)")
     p.add_argument("--kernel-profile", default=None, metavar="DIR",
                    help="on CUDA, record steps 3-4 with torch.profiler and write the in-situ GPU time of every op "
@@ -387,6 +391,10 @@ def train(args, a: ModelArgs, layout: Layout, rank: int, local_rank: int) -> Non
         model = model.to(dtype)  # FSDP keeps fp32 parameters and casts for compute (mixed precision)
     if layout.tp > 1:
         apply_tp(model, mesh["tp"])
+    if args.float8:
+        from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+
+        convert_to_float8_training(model.layers, config=Float8LinearConfig.from_recipe_name(args.float8))
     apply_ac(model, args.ac)
     if args.compile:
         for block in model.layers.values():
@@ -523,7 +531,7 @@ def train(args, a: ModelArgs, layout: Layout, rank: int, local_rank: int) -> Non
                 "dp_mode": args.dp_mode, "microbatches": layout.microbatches, "ac": args.ac, "dtype": args.dtype,
                 "batch": args.batch, "seq": args.seq, "steps": args.steps, "lr": args.lr, "seed": args.seed,
                 "fixed_batch": args.fixed_batch, "device": device_type, "fsdp_applied": use_fsdp,
-                "ddp_applied": use_ddp,
+                "ddp_applied": use_ddp, "compile": args.compile, "float8": args.float8,
             },
         }
         text = json.dumps(summary)
