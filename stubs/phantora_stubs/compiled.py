@@ -289,6 +289,30 @@ def _report_at_exit() -> None:
         print(line, file=sys.stderr, flush=True)
 
 
+# ---- what is not simulated ----------------------------------------------------------------------------------------
+
+FLEX_UNSUPPORTED = ("phantora: flex attention inside a compiled region is not simulated yet (Inductor generates it as "
+                    "a Triton template, which needs Triton and a GPU to choose its configuration): under simulation "
+                    "it is a graph break and runs eagerly, which fullgraph=True refuses; use "
+                    "scaled_dot_product_attention in compiled regions, or compile without fullgraph (docs/compile.md)")
+
+
+def _refuse_flex_lowerings() -> None:
+    """Inductor's flex attention lowerings need Triton templates: say so by name instead of Triton's ImportError."""
+    from torch._inductor import lowering
+    import torch._inductor.kernel.flex  # noqa: F401 - registers the flex lowerings
+
+    from .errors import UnsupportedOpError
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise UnsupportedOpError(FLEX_UNSUPPORTED)
+
+    for name in ("flex_attention", "flex_attention_backward"):
+        op = getattr(torch.ops.higher_order, name, None)
+        if op is not None and op in lowering.lowerings:
+            lowering.lowerings[op] = refuse
+
+
 # ---- installation -------------------------------------------------------------------------------------------------
 
 def bind(ctx) -> None:
@@ -319,6 +343,7 @@ def install() -> None:
     inductor_config.joint_graph_constant_folding = False
     scheduler.has_triton = lambda: True      # the CUDA backend's fusion rules are Triton's; no Triton is needed
     GraphLowering.compile_to_module = _compile_to_module
+    _refuse_flex_lowerings()
     if not hasattr(convert_frame._compile, "__wrapped__"):
         convert_frame._compile = _wrap_compile(convert_frame._compile)
     if not hasattr(torch.compile, "__wrapped__"):
