@@ -165,8 +165,19 @@ class NcclSpec:
     algorithms: list[str] = field(default_factory=lambda: ["ring", "tree"])
     protocols: list[str] = field(default_factory=lambda: ["LL", "LL128", "Simple"])
     channels: int = 0                      # NCCL channels used for its bandwidth caps; 0 = derived from the topology
+    # A collective's kernels and the compute kernels beside them on one GPU slow each other (engine/core.py,
+    # docs/network-model.md "Collectives and kernels sharing a GPU"): the factors by which each runs longer while
+    # they overlap, measured on 2 x H200 (presets/profiles/overlap/h200-sxm-141gb.json, means over five kernels and
+    # three collectives). 1 turns the effect off.
+    sharing_compute: float = 1.09          # a compute-bound kernel (GEMM, attention) beside a collective
+    sharing_memory: float = 1.15           # an HBM-bound kernel beside a collective
+    sharing_collective: float = 1.78       # a collective beside compute kernels
 
     def validate(self) -> None:
+        for key in ("sharing_compute", "sharing_memory", "sharing_collective"):
+            check_number(getattr(self, key), f"nccl.{key}", nonnegative=True)
+            if getattr(self, key) < 1:
+                raise PresetError("a slowdown factor must be at least 1 (1: no slowdown)", key=f"nccl.{key}")
         for a in self.algorithms:
             if a not in ("ring", "tree"):
                 raise PresetError(f"unknown algorithm '{a}' (ring, tree)", key="nccl.algorithms")

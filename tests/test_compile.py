@@ -120,3 +120,39 @@ def test_float8_linear_runs_three_fp8_gemms_at_most_at_the_fp8_peak(float8_run, 
     if section == 3:
         assert any(op["name"].startswith("triton_") for op in sections[section])
         assert len(sections[3]) < len(sections[1])
+
+
+# ---- determinism --------------------------------------------------------------------------------------------------
+
+def test_a_compiled_tp_run_is_bit_identical_beside_busy_processes(tmp_path):
+    """Compiling is the stubs' work (Dynamo's callback, Inductor's graph compilations) and its host time a fixed
+    price: the simulated times of a compiled run do not depend on how fast the simulating machine compiles."""
+    import os
+    import subprocess
+    import sys
+
+    import numpy as np
+    from test_live_run import ROOT, phantora_run
+
+    from phantora.trace.reader import TraceReader
+
+    step = ("--nodes", "1", "--gpus-per-node", "2", "--ranks", "all", "--quiet", "--", "python",
+            str(ROOT / "presets" / "workloads" / "llama.py"), "--model", "llama-tiny", "--tp", "2", "--seq", "256",
+            "--steps", "3", "--compile")
+    quiet, busy = tmp_path / "quiet.h5", tmp_path / "busy.h5"
+    proc = phantora_run("--trace", str(quiet), *step, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 2)]
+    try:
+        proc = phantora_run("--trace", str(busy), *step, timeout=600)
+    finally:
+        for b in burners:
+            b.kill()
+            b.wait()
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    from phantora_stubs.compiled import COMPILE_FIRST_S
+    with TraceReader(quiet) as a, TraceReader(busy) as b:
+        for r in a.ranks:
+            ta, tb = a.iterations(r), b.iterations(r)
+            assert len(ta) >= 2 and ta[0] >= COMPILE_FIRST_S       # the first step compiled
+            assert np.array_equal(ta, tb)                           # bit-identical, not merely close

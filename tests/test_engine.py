@@ -246,3 +246,45 @@ def test_an_iteration_ends_when_the_gpu_finishes_the_work_issued_before_its_mark
     # the host issued every mark long before
     issued = [r[4] for r in by_rank(recs, 0) if r[2].kind == K.ITER_MARK]
     assert max(issued) < marks[0]
+
+
+
+def _sharing_program(alone: float):
+    """Two ranks: a collective on stream 1 and, beside it on stream 0, a compute-bound kernel (a GEMM's FLOPs per
+    byte), an HBM-bound one (a copy's) and a long compute-bound kernel that outlasts the collective."""
+    def ops():
+        return [Op(K.COLLECTIVE, stream=1, name="all_gather", group=0, nbytes=256 * MiB),
+                Op(K.KERNEL, stream=0, duration=0.4 * alone, flops=1e12, nbytes=1e8),
+                Op(K.KERNEL, stream=0, duration=0.3 * alone, flops=0.0, nbytes=1e9),
+                Op(K.KERNEL, stream=0, duration=2.0 * alone, flops=1e12, nbytes=1e8),
+                Op(K.SYNC_DEVICE)]
+    return {0: ops(), 1: ops()}
+
+
+def _two_gpus(**factors):
+    spec = load_cluster("h200-2gpu-nvlink")
+    for k, v in factors.items():
+        setattr(spec.nccl, k, v)
+    return spec
+
+
+def test_a_collective_and_the_kernels_beside_it_slow_each_other_by_the_measured_factors():
+    spec = _two_gpus()
+    alone, _ = Network(spec).time_alone("all_gather", (0, 1), 256 * MiB)
+    off_eng, off = run(_two_gpus(sharing_compute=1.0, sharing_memory=1.0, sharing_collective=1.0),
+                       _sharing_program(alone))
+    eng, _ = run(spec, _sharing_program(alone))
+    cs, ce = off_eng.collectives[0]["start"], off_eng.collectives[0]["end"]
+    assert ce - cs == pytest.approx(alone, rel=1e-9)           # without sharing: what the network says
+    n = spec.nccl
+    kernels = [r for r in by_rank(off, 0) if r[2].kind == K.KERNEL]
+    overlap = [max(0.0, min(r[5], ce) - max(r[4], cs)) for r in kernels]
+    assert all(o > 0 for o in overlap)                        # all three ran beside the collective
+    factors = [n.sharing_compute, n.sharing_memory, n.sharing_compute]
+    delay = sum(o * (f - 1) for o, f in zip(overlap, factors))
+    busy = min(kernels[-1][5], ce) - max(kernels[0][4], cs)  # stream 0 was busy without a gap
+    # the collective ends later by the time compute ran beside it times its factor less one ...
+    assert eng.collectives[0]["end"] == pytest.approx(ce + busy * (n.sharing_collective - 1), rel=1e-9)
+    # ... and the compute stream finishes later by each kernel's overlapped time times its factor less one
+    assert eng.ranks[0].cpu == pytest.approx(max(kernels[-1][5] + delay, eng.collectives[0]["end"]), rel=1e-9)
+    assert off_eng.ranks[0].cpu == pytest.approx(max(kernels[-1][5], ce), rel=1e-9)

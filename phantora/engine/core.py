@@ -58,6 +58,11 @@ class Group:
         self.members = frozenset(self.ranks)
 
 
+_COMPUTE_INTENSITY = 32.0
+"""FLOPs per DRAM byte above which a kernel counts as compute-bound when it shares the GPU with a collective (GEMMs
+and attention are in the hundreds or more, element-wise kernels and copies below one)."""
+
+
 class _Event:
     """One recording of a CUDA event; resolved when the stream reaches the record."""
     __slots__ = ("time", "waiters")
@@ -107,6 +112,8 @@ class _Rank:
         self.emit: Callable[[tuple], None] = _discard
         self.iterations: list[float] = []
         self.last_op: tuple[int, Op] | None = None
+        self.share: list | None = None     # kernels placed, (start, end, extra, stream), while GPU sharing is modelled
+        self.inflight: dict[int, float] = {}   # collectives of this rank in progress: id -> start
 
     def stream(self, sid: int) -> _Stream:
         st = self.streams.get(sid)
@@ -183,6 +190,13 @@ class Engine:
         self.launch = spec.host.launch_overhead_us * 1e-6 if launch_overhead_s is None else launch_overhead_s
         self.cpu_scale = spec.host.cpu_time_scale if cpu_time_scale is None else cpu_time_scale
         self.algo, self.proto = algo, proto
+        nccl = spec.nccl
+        self.share_compute = nccl.sharing_compute - 1.0
+        self.share_memory = nccl.sharing_memory - 1.0
+        self.share_collective = nccl.sharing_collective - 1.0
+        if self.world_size > 1 and (self.share_compute > 0 or self.share_memory > 0 or self.share_collective > 0):
+            for rs in self.ranks.values():
+                rs.share = []
         self.groups: dict[int, Group] = {}
         self._colls: dict[tuple, _Coll] = {}
         self._by_cid: dict[int, _Coll] = {}
@@ -320,6 +334,8 @@ class Engine:
                     start = cpu if cpu > tail else tail
                     st.tail = end = start + op.duration
                     emit((idx, op, cpu, start, end, -1))
+                    if rs.share is not None:
+                        self._shared(rs, op, start, end)
                 idx += 1
                 continue
             if k == _RECORD or k == _WAIT:
@@ -504,6 +520,8 @@ class Engine:
                 start = issue if issue > tail else tail
                 st.tail = end = start + op.duration
                 emit((item[0], op, issue, start, end, -1))
+                if rs.share is not None and k == _KERNEL:
+                    self._shared(rs, op, start, end)
             elif k == _WAIT and (item[3] is None or item[3].time is not None):
                 ev = item[3]
                 t = ev.time if ev is not None else st.tail
@@ -532,6 +550,8 @@ class Engine:
             start = issue if issue > st.tail else st.tail
             st.tail = start + op.duration
             rs.emit((idx, op, issue, start, st.tail, -1))
+            if rs.share is not None and k == K.KERNEL:
+                self._shared(rs, op, start, st.tail)
         elif k == K.EVENT_RECORD:
             t = issue if issue > st.tail else st.tail
             extra.time = t
@@ -600,6 +620,10 @@ class Engine:
 
     def _start_collective(self, coll: _Coll) -> None:
         self._advance(coll.start)
+        for r in coll.arrived:
+            rs = self.ranks.get(r)
+            if rs is not None and rs.share is not None:
+                rs.inflight[coll.cid] = coll.start
         name = coll.name
         op_name = "all_reduce" if name == "barrier" else name
         plan = self.net.plan(op_name if name != "barrier" else "barrier", coll.group.ranks, coll.nbytes, coll.root,
@@ -615,7 +639,58 @@ class Engine:
             self._by_cid[shadow.cid] = shadow
             self.net.start(shadow.cid, shadow.plan)
 
+    # ------------------------------------------------------------------------------------------------ GPU sharing
+    def _shared(self, rs: _Rank, op: Op, start: float, end: float) -> None:
+        """Keep a placed kernel for the collectives that may overlap it (their kernels share the GPU)."""
+        if end > start:
+            compute = op.flops >= _COMPUTE_INTENSITY * op.nbytes
+            rs.share.append((start, end, self.share_compute if compute else self.share_memory, op.stream))
+
+    def _sharing(self, coll: _Coll, t_end: float) -> float:
+        """A finishing collective and the kernels that ran beside it on its ranks' GPUs slow each other: each
+        compute stream is delayed by its overlapped kernel time times its factor less one, and the collective ends
+        later by the time compute ran beside it times the collective's factor less one (the largest over its ranks,
+        which finish a collective together). Returns the collective's new end."""
+        start = coll.start
+        extend = 0.0
+        for r, (_ready, st, _item) in coll.arrived.items():
+            rs = self.ranks.get(r)
+            if rs is None or rs.share is None:
+                continue
+            rs.inflight.pop(coll.cid, None)
+            delays: dict[int, float] = {}
+            busy: list[tuple[float, float]] = []
+            for k_start, k_end, extra, sid in rs.share:
+                if sid == st.sid or k_end <= start or k_start >= t_end:
+                    continue
+                lo = k_start if k_start > start else start
+                hi = k_end if k_end < t_end else t_end
+                delays[sid] = delays.get(sid, 0.0) + (hi - lo) * extra
+                busy.append((lo, hi))
+            for sid, d in delays.items():
+                other = rs.streams.get(sid)
+                if other is not None and d > 0:
+                    other.tail += d
+            if busy and self.share_collective > 0:
+                busy.sort()
+                covered, cur_lo, cur_hi = 0.0, busy[0][0], busy[0][1]
+                for lo, hi in busy[1:]:
+                    if lo > cur_hi:
+                        covered += cur_hi - cur_lo
+                        cur_lo, cur_hi = lo, hi
+                    elif hi > cur_hi:
+                        cur_hi = hi
+                covered += cur_hi - cur_lo
+                e = covered * self.share_collective
+                if e > extend:
+                    extend = e
+            keep = min(rs.inflight.values(), default=t_end)       # what a collective still in progress may overlap
+            rs.share = [k for k in rs.share if k[1] > keep]
+        return t_end + extend
+
     def _finish_collective(self, coll: _Coll, t_end: float) -> None:
+        if not coll.shadow and self.world_size > 1:
+            t_end = self._sharing(coll, t_end)
         plan = coll.plan
         self.collectives.append({"id": coll.cid, "name": coll.name, "group": coll.group.gid, "nbytes": coll.nbytes,
                                  "root": coll.root, "algo": plan.algo if plan else "", "proto": plan.proto if plan else "",

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import os
 import sys
 import threading
@@ -242,6 +243,35 @@ def _wrap_compile(original):
     return _compile
 
 
+def _shadowed(fn):
+    """`fn` as the stubs' own work, its ops computed for their metadata only (no kernel, no memory)."""
+    @functools.wraps(fn)
+    def wrapped(*args, **kwargs):
+        from .interceptor import shadow
+        METER.enter(2)
+        try:
+            with shadow():
+                return fn(*args, **kwargs)
+        finally:
+            METER.exit()
+    wrapped.__wrapped__ = fn                                   # type: ignore[attr-defined]
+    return wrapped
+
+
+def _unmetered_call(call):
+    """Dynamo's frame callback (it decides whether a frame needs compiling, and compiles it) as the stubs' own work:
+    its Python depends on Dynamo's caches and hashing, not on the program, and a real compilation's host time is
+    charged as COMPILE_FIRST_S instead."""
+    def wrapped(self, *args, **kwargs):
+        METER.enter(1)
+        try:
+            return call(self, *args, **kwargs)
+        finally:
+            METER.exit()
+    wrapped.__wrapped__ = call                             # type: ignore[attr-defined]
+    return wrapped
+
+
 def _wrap_torch_compile(original):
     def compile(model: Any = None, *args: Any, **kwargs: Any) -> Any:
         mode = kwargs.get("mode")
@@ -321,8 +351,27 @@ def bind(ctx) -> None:
     _CTX = ctx
 
 
-def install() -> None:
-    """Let torch.compile run Dynamo, AOTAutograd and Inductor's lowering and scheduling; simulate the kernels."""
+def _import_inductor_without_triton() -> None:
+    """Import Inductor as a CPU-only torch sees it: without Triton. A framework may have imported the `triton`
+    stand-in already (triton_stub.py; torchao, DeepSpeed do), and torch's own `import triton` would then find it in
+    sys.modules and take Triton's code paths (kernel templates chosen by timing them on a GPU)."""
+    saved = {name: sys.modules.pop(name) for name in list(sys.modules)
+             if name == "triton" or name.startswith("triton.")}
+    try:
+        import torch._inductor.compile_fx  # noqa: F401
+        import torch._inductor.kernel  # noqa: F401 - the kernel lowerings (GEMMs, scaled GEMMs, flex attention)
+        import torch._inductor.runtime.triton_compat  # noqa: F401
+        import torch._inductor.select_algorithm  # noqa: F401
+    finally:
+        sys.modules.update(saved)
+
+
+def install(original_compile: Any) -> None:
+    """Let torch.compile run Dynamo, AOTAutograd and Inductor's lowering and scheduling; simulate the kernels.
+    `original_compile`: torch's own torch.compile, which the wrapper installed here calls."""
+    _import_inductor_without_triton()
+    import torch._inductor.codecache as codecache
+    codecache.triton_key = lambda: None    # no Triton: its version is part of Inductor's cache keys (unused here)
     import torch._dynamo.convert_frame as convert_frame
     import torch._functorch.config as functorch_config
     import torch._inductor.config as inductor_config
@@ -346,8 +395,14 @@ def install() -> None:
     _refuse_flex_lowerings()
     if not hasattr(convert_frame._compile, "__wrapped__"):
         convert_frame._compile = _wrap_compile(convert_frame._compile)
-    if not hasattr(torch.compile, "__wrapped__"):
-        torch.compile = _wrap_torch_compile(torch.compile)
+    # Inductor's compilation of a graph, also where AOTAutograd compiles the backward lazily at the first backward
+    import torch._inductor.compile_fx as compile_fx
+    if not hasattr(compile_fx._compile_fx_inner, "__wrapped__"):
+        compile_fx._compile_fx_inner = _shadowed(compile_fx._compile_fx_inner)
+    for cls in (convert_frame.CatchErrorsWrapper, convert_frame.ConvertFrame, convert_frame.ConvertFrameAssert):
+        if not hasattr(cls.__call__, "__wrapped__"):
+            cls.__call__ = _unmetered_call(cls.__call__)
+    torch.compile = _wrap_torch_compile(original_compile)
     # Inductor checks its inputs' alignment through data_ptr(), which a fake tensor answers with a warning
     warnings.filterwarnings("ignore", message="Accessing the data pointer of FakeTensor")
     atexit.register(_report_at_exit)

@@ -172,12 +172,27 @@ def _install_record_stream() -> None:
 # ---- torch.compile ---------------------------------------------------------------------------------------------------
 
 def _install_compile() -> None:
-    """torch.compile runs Dynamo, AOTAutograd and Inductor's scheduler; the kernels are simulated (compiled.py)."""
+    """torch.compile runs Dynamo, AOTAutograd and Inductor's scheduler; the kernels are simulated (compiled.py).
+
+    Inductor's hooks are installed at the first call of `torch.compile` (or `nn.Module.compile`, which calls it):
+    importing Inductor takes seconds, which a program that never compiles should not wait for, and it happens inside
+    the stubs (not the framework's host work)."""
     if "compile" in _PATCHED:
         return
-    from . import compiled
-    _PATCHED["compile"] = torch.compile
-    compiled.install()
+    original = _PATCHED["compile"] = torch.compile
+
+    @functools.wraps(original)
+    def compile(*args: Any, **kwargs: Any) -> Any:
+        from . import compiled
+        if torch.compile is compile:
+            METER.enter(2)
+            try:
+                compiled.install(original)
+            finally:
+                METER.exit()
+        return torch.compile(*args, **kwargs)
+
+    torch.compile = compile
 
 
 # ---- flex attention, set_timeout -------------------------------------------------------------------------------------
