@@ -74,7 +74,7 @@ def test_torchtitan_command_follows_the_record():
                 assert "--sdpa" not in opts
         recipe_2024 = release is not None and _release_tuple(release) < (2, 8)
         # per-layer checkpointing exists only in the 2024 recipe (TorchTitan 0.3.0 checkpoints per op)
-        expressible = fw.recipe(wl.model).supported and not wl.compile and not wl.float8 \
+        expressible = fw.recipe(wl.model).supported and not wl.float8 \
             and (wl.activation_checkpointing in ("none", "full", "selective-op")
                  or (wl.activation_checkpointing == "selective-layer" and recipe_2024))
         if not expressible:
@@ -94,6 +94,10 @@ def test_torchtitan_command_follows_the_record():
         assert flag(args, "--training.seq-len") == str(wl.seq_len)
         assert flag(args, "--parallelism.data-parallel-shard-degree") == str(wl.parallelism.dp_shard)
         assert flag(args, "--parallelism.tensor-parallel-degree") == str(wl.parallelism.tp)
+        # a compiled record turns TorchTitan's compile on after the flags that turn it off for eager runs
+        assert ("--compile.enable" in args) == wl.compile
+        if wl.compile:
+            assert args.index("--compile.enable") > args.index("--compile.no-enable")
         if layer_ac:                 # the config sets the checkpointing: no sub-command may replace it
             assert not any(a.startswith("activation-checkpoint:") for a in args)
             continue

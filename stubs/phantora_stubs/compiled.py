@@ -73,6 +73,7 @@ class _Stats:
     extern = 0           # extern kernels (GEMMs, attention, fallbacks, collectives) in them
     charged = False      # the first compilation's host time has been charged
     cudagraphs = False   # a mode that asked for CUDA graphs was simulated without them
+    eager_flex = 0       # torch.compile(flex_attention | create_block_mask) calls simulated as the eager op
 
 
 STATS = _Stats()
@@ -272,8 +273,16 @@ def _unmetered_call(call):
     return wrapped
 
 
+_EAGER_MODULE = "torch.nn.attention.flex_attention"
+
+
 def _wrap_torch_compile(original):
     def compile(model: Any = None, *args: Any, **kwargs: Any) -> Any:
+        if getattr(model, "__module__", None) == _EAGER_MODULE:
+            # torch.compile(flex_attention) / torch.compile(create_block_mask), as TorchTitan does: Inductor would
+            # make a Triton template of it (FLEX_UNSUPPORTED); simulated as the eager higher-order op instead
+            STATS.eager_flex += 1
+            return model
         mode = kwargs.get("mode")
         options = dict(kwargs.get("options") or {})
         if mode in ("reduce-overhead", "max-autotune") or options.get("triton.cudagraphs"):
@@ -299,7 +308,7 @@ def _wrap_torch_compile(original):
 
 def report() -> str | None:
     """One line on what was compiled in this process, or None when nothing was."""
-    if not STATS.frames:
+    if not STATS.frames and not STATS.eager_flex:
         return None
     import torch._dynamo.utils as dynamo_utils
     breaks = dynamo_utils.counters.get("graph_break", {})
@@ -307,6 +316,8 @@ def report() -> str | None:
     line = (f"phantora: torch.compile: {STATS.frames} frame(s) compiled ({STATS.recompiles} recompilation(s)), "
             f"{n_breaks} graph break(s), {STATS.graphs} Inductor graph(s) with {STATS.generated} generated and "
             f"{STATS.extern} extern kernel(s)")
+    if STATS.eager_flex:
+        line += f"; {STATS.eager_flex} compiled flex-attention function(s) simulated as the eager op"
     if breaks:
         top = sorted(breaks.items(), key=lambda kv: -kv[1])[:3]
         line += "; breaks: " + "; ".join(f"{n} x {reason[:120]}" for reason, n in top)
