@@ -114,9 +114,12 @@ class HostSpec:
     launch_overhead_us: float = 4.0        # CPU time the runtime spends per kernel launch
     cpu_time_scale: float = 1.0            # the framework's CPU time between ops is multiplied by this
     # prices of the modelled host CPU (phantora/hostcpu.py), per unit of work counted between two ops
-    py_call_ns: float = 1258.0             # a Python function call (and the bytecode it runs)
+    # (groundtruth/hostcpu/fit-h200x2.json: on that data a call's cost is in the lines it runs, and built-in calls
+    # move with the rest; both are counted, priced 0)
+    py_call_ns: float = 0.0                # a Python function call, beyond its lines
     c_call_ns: float = 0.0                 # a call of a built-in (C) function
-    dispatch_us: float = 2.6               # an aten op through PyTorch's dispatcher (kernel, view or metadata op)
+    dispatch_us: float = 2.374             # an aten op through PyTorch's dispatcher (kernel, view or metadata op)
+    py_line_ns: float = 357.8              # a Python line run (a line starting, or starting again after a jump back)
     # per element converted between Python data and a tensor (modelled host CPU; groundtruth/hostcpu/conversions-h200/)
     to_tensor_ns: float = 57.7             # torch.tensor / as_tensor / asarray of a Python sequence or scalar
     infer_dtype_ns: float = 67.8           # more, when no dtype is given (the data is walked to infer it)
@@ -130,8 +133,8 @@ class HostSpec:
     cpu_adam_gbps: list = field(default_factory=lambda: [[1, 24.3], [4, 79.4], [16, 131.0]])     # DeepSpeed CPU Adam
 
     def validate(self) -> None:
-        for key in ("launch_overhead_us", "py_call_ns", "c_call_ns", "dispatch_us", "to_tensor_ns", "infer_dtype_ns",
-                    "to_list_ns"):
+        for key in ("launch_overhead_us", "py_call_ns", "c_call_ns", "dispatch_us", "py_line_ns", "to_tensor_ns",
+                    "infer_dtype_ns", "to_list_ns"):
             check_number(getattr(self, key), f"host.{key}", nonnegative=True)
         check_number(self.cpu_time_scale, "host.cpu_time_scale", nonnegative=True)
         check_number(self.cpu_cores, "host.cpu_cores", positive=True)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -226,14 +226,21 @@ def _oom_entry(rank: int, op: int, exc) -> dict:
 def host_recost(meta: dict, spec: ClusterSpec) -> tuple[HostCosts, HostCosts] | None:
     """(new, recorded) host prices to cost a trace's counted host work again with (phantora/hostcpu.py), or None to
     keep its recorded `cpu_delta`s: only a trace of the modelled host CPU can be re-costed, and only prices that
-    differ from the recorded ones change anything (so a replay on the recorded cluster reproduces the run exactly)."""
+    differ from the recorded ones change anything (so a replay on the recorded cluster reproduces the run exactly).
+
+    A trace recorded before Python lines were counted (no `py_line_ns` in its meta) knows its Python as calls only:
+    its lines are not priced, and prices that leave calls to the lines (`py_call_ns` 0) keep its recorded call price."""
     recorded = meta.get("host_cpu") or {}
     if recorded.get("mode") != "model":
         return None
     costs = HostCosts.from_spec(spec.host)
+    if "py_line_ns" not in recorded:
+        recorded = {**recorded, "py_line_ns": 0.0}
+        costs = replace(costs, py_line_s=0.0, py_call_s=costs.py_call_s or recorded["py_call_ns"] * 1e-9)
     if all(recorded.get(k) == v for k, v in costs.as_dict().items()):
         return None
-    old = HostCosts(recorded["py_call_ns"] * 1e-9, recorded["c_call_ns"] * 1e-9, recorded["dispatch_us"] * 1e-6)
+    old = HostCosts(recorded["py_call_ns"] * 1e-9, recorded["c_call_ns"] * 1e-9, recorded["dispatch_us"] * 1e-6,
+                    recorded["py_line_ns"] * 1e-9)
     return costs, old
 
 
@@ -257,7 +264,7 @@ def _simulate(reader, engine: Engine, recorder: Recorder, simulated: list[int], 
             rows, recorded[r] = table.result()
             if host_costs is not None:        # the host work the run counted, priced for this host
                 new, old = host_costs
-                counts = rows["host_py"], rows["host_c"], rows["host_disp"]
+                counts = rows["host_py"], rows["host_c"], rows["host_disp"], rows["host_line"]
                 rows = rows.copy()
                 # only the counted part changes: what a sleep charged (no counts) stays as recorded
                 rows["cpu_delta"] = np.maximum(rows["cpu_delta"] + new.seconds_of(*counts) - old.seconds_of(*counts),

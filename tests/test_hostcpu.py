@@ -15,6 +15,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import h5py
 import numpy as np
 import pytest
 
@@ -43,6 +44,12 @@ COUNTER_SCRIPT = textwrap.dedent("""
     def f(x):
         return x
 
+    def g(x):                       # one call, like f, and three lines more
+        y = x
+        y += 1
+        y *= 2
+        return y
+
     class Key:
         def __init__(self, n):
             self.n = n
@@ -63,6 +70,10 @@ COUNTER_SCRIPT = textwrap.dedent("""
         for i in range(n):
             f(i)
 
+    def heavy_calls(n):
+        for i in range(n):
+            g(i)
+
     def builtins(n):
         for i in range(n):
             len(())
@@ -73,7 +84,7 @@ COUNTER_SCRIPT = textwrap.dedent("""
 
     few = {Key(0): 0}
     many = {Key(i): i for i in range(64)}
-    out = {"calls": [measure(calls, 100), measure(calls, 300)],
+    out = {"calls": [measure(calls, 100), measure(calls, 300)], "heavy": [measure(heavy_calls, 100)],
            "builtins": [measure(builtins, 100), measure(builtins, 300)],
            "lookups": [measure(lookups, few, Key(0), 50), measure(lookups, many, Key(63), 50)]}
     print(json.dumps(out))
@@ -95,14 +106,21 @@ def test_counter_counts_each_call_once_and_leaves_key_comparisons_out():
     assert out["calls"][0][:2] == [100, 0]
     assert out["builtins"][0][:2] == [0, 100]
     assert out["lookups"][0][:2] == [0, 0]
-    (py1, c1, _), (py3, c3, _) = out["calls"]
+    # lines (the last count): the line that calls the work, the loop's line 101 times (once more to leave it), and
+    # per iteration the line calling f and f's own line; the lines that reach the meter charged back
+    assert out["calls"][0][3] == 1 + 101 + 2 * 100
+    (py1, c1, _, l1), (py3, c3, _, l3) = out["calls"]
     assert py3 - py1 == 200               # 200 more calls of f, nothing else differs
     assert c3 - c1 == 0
-    (bpy1, bc1, _), (bpy3, bc3, _) = out["builtins"]
-    assert bc3 - bc1 == 200 and bpy3 == bpy1
-    (lpy_few, lc_few, _), (lpy_many, lc_many, _) = out["lookups"]
-    # a lookup among 64 colliding keys calls Key.__eq__ up to 64 times, among one key once: neither is counted
-    assert (lpy_few, lc_few) == (lpy_many, lc_many)
+    assert l3 - l1 == 3 * 200             # 200 more iterations of three lines
+    (hpy, hc, _, hl), = out["heavy"]
+    assert (hpy, hc) == (100, 0) and hl == l1 + 3 * 100      # as many calls as f, three lines more per call
+    (bpy1, bc1, _, bl1), (bpy3, bc3, _, bl3) = out["builtins"]
+    assert bc3 - bc1 == 200 and bpy3 == bpy1 and bl3 - bl1 == 2 * 200
+    (lpy_few, lc_few, _, ll_few), (lpy_many, lc_many, _, ll_many) = out["lookups"]
+    # a lookup among 64 colliding keys calls Key.__eq__ up to 64 times, among one key once: neither is counted,
+    # nor the lines it runs
+    assert (lpy_few, lc_few, ll_few) == (lpy_many, lc_many, ll_many)
 
 
 def test_tp_step_is_bit_identical_beside_busy_processes(tmp_path):
@@ -125,8 +143,9 @@ def test_tp_step_is_bit_identical_beside_busy_processes(tmp_path):
             assert len(ta) >= 3
             assert np.array_equal(ta, tb)                     # bit-identical, not merely close
             oa, ob = a.ops(r), b.ops(r)
-            assert np.array_equal(oa["host_py"], ob["host_py"]) and np.array_equal(oa["host_disp"], ob["host_disp"])
-            assert oa["host_py"].sum() > 0 and oa["host_disp"].sum() > 0
+            for col in ("host_py", "host_c", "host_disp", "host_line"):
+                assert np.array_equal(oa[col], ob[col]), col
+            assert oa["host_py"].sum() > 0 and oa["host_disp"].sum() > 0 and oa["host_line"].sum() > 0
 
 
 def test_replay_prices_the_counted_work_for_another_host(tmp_path):
@@ -136,14 +155,16 @@ def test_replay_prices_the_counted_work_for_another_host(tmp_path):
     same = replay(trace)
     assert same.iteration_s == pytest.approx(same.recorded_iteration_s, rel=1e-12)   # recorded prices: the run
     base = HostSpec()
-    slower = replay(trace, overrides=(f"host.py_call_ns={base.py_call_ns * 2}",
-                                      f"host.dispatch_us={base.dispatch_us * 2}"), out=str(tmp_path / "slow.h5"))
-    costs = HostCosts(base.py_call_ns * 2e-9, base.c_call_ns * 1e-9, base.dispatch_us * 2e-6)
+    slower = replay(trace, overrides=(f"host.py_call_ns={base.py_call_ns + 500}",
+                                      f"host.dispatch_us={base.dispatch_us * 2}",
+                                      f"host.py_line_ns={base.py_line_ns + 50}"), out=str(tmp_path / "slow.h5"))
+    costs = HostCosts((base.py_call_ns + 500) * 1e-9, base.c_call_ns * 1e-9, base.dispatch_us * 2e-6,
+                      (base.py_line_ns + 50) * 1e-9)
     extras = []
     with TraceReader(trace) as before, TraceReader(tmp_path / "slow.h5") as after:
         for rank in before.ranks:
             ops = before.ops(rank)
-            counts = ops["host_py"], ops["host_c"], ops["host_disp"]
+            counts = ops["host_py"], ops["host_c"], ops["host_disp"], ops["host_line"]
             # the counted work priced anew; what is not counted work (a sleep) stays as recorded
             expect = ops["cpu_delta"] + costs.seconds_of(*counts) - HostCosts.from_spec(base).seconds_of(*counts)
             assert np.allclose(after.ops(rank)["cpu_delta"], expect, rtol=1e-12, atol=1e-15)
@@ -156,6 +177,35 @@ def test_replay_prices_the_counted_work_for_another_host(tmp_path):
     assert 0 < grown <= max(extras) * (1 + 1e-9)
 
 
+def test_replay_of_a_trace_counted_before_lines_were(tmp_path):
+    """A trace from before lines were counted (no `host_line` column, no `py_line_ns` price) knows its Python as calls:
+    a replay reproduces it, also under prices that leave calls to the lines, and prices its calls when told to."""
+    trace = tmp_path / "calls.h5"
+    proc = phantora_run("--trace", str(trace), "--set", "host.py_call_ns=1258", "--set", "host.py_line_ns=0",
+                        "--set", "host.dispatch_us=2.6", *TP_STEP)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with h5py.File(trace, "a") as f:                   # as an older writer left it
+        meta = json.loads(f["meta"][()])
+        del meta["host_cpu"]["py_line_ns"]
+        del meta["cluster"]["host"]["py_line_ns"]
+        del f["meta"]
+        f["meta"] = json.dumps(meta)
+        for r in f["ranks"]:
+            rows = f[f"ranks/{r}/ops"][()]
+            older = np.dtype([d for d in rows.dtype.descr if d[0] != "host_line"])
+            table = np.zeros(len(rows), older)
+            for name in older.names:
+                table[name] = rows[name]
+            del f[f"ranks/{r}/ops"]
+            f.create_dataset(f"ranks/{r}/ops", data=table, chunks=True, maxshape=(None,))
+    same = replay(trace)
+    assert same.iterations_s == pytest.approx(same.recorded_iterations_s, rel=1e-12)
+    lines_only = replay(trace, overrides=("host.py_call_ns=0", "host.py_line_ns=400"))
+    assert lines_only.iterations_s == pytest.approx(same.iterations_s, rel=1e-12)     # its calls keep their price
+    dearer = replay(trace, overrides=("host.py_call_ns=2516",))
+    assert dearer.iteration_s > same.iteration_s
+
+
 def test_measured_mode_is_kept_and_named(tmp_path):
     trace = tmp_path / "m.h5"
     proc = phantora_run("--trace", str(trace), "--host-cpu", "measured", *TP_STEP)
@@ -166,7 +216,8 @@ def test_measured_mode_is_kept_and_named(tmp_path):
         assert r.ops(0)["host_py"].sum() == 0 and r.ops(0)["cpu_delta"].sum() > 0
 
 
-@pytest.mark.parametrize("key, value", [("py_call_ns", "-1"), ("dispatch_us", "nan"), ("c_call_ns", "inf")])
+@pytest.mark.parametrize("key, value", [("py_call_ns", "-1"), ("dispatch_us", "nan"), ("c_call_ns", "inf"),
+                                        ("py_line_ns", "-0.5")])
 def test_host_prices_are_checked(key, value):
     with pytest.raises(PresetError, match=f"host.{key}"):
         load_cluster("h100-hgx", overrides=[f"host.{key}={value}"])
@@ -180,7 +231,7 @@ def test_default_prices_reproduce_the_measured_host_bound_steps():
     costs = HostCosts.from_spec(host)
     errors = []
     for row in fit["rows"]:
-        model = (costs.seconds(row["py_calls"], row["c_calls"], row["dispatches"])
+        model = (costs.seconds(row["py_calls"], row["c_calls"], row["dispatches"], row.get("py_lines", 0))
                  + row["launches"] * host.launch_overhead_us * 1e-6)
         errors.append((model - row["measured_s"]) / row["measured_s"])
     errors = np.abs(errors)
@@ -200,3 +251,14 @@ def test_fit_tools():
         assert (ROOT / "groundtruth" / "hostcpu" / "h200x2" / f"{name}.json").exists()
         assert gpus in (1, 2) and "--seq" in args
     assert "g2-tp2-none" in names
+
+
+def test_host_prices_travel_to_the_ranks():
+    costs = HostCosts(1.5e-6, 2e-9, 3e-6, 4e-9)
+    back = HostCosts.parse_env(costs.env())
+    assert back.as_dict() == pytest.approx(costs.as_dict(), rel=1e-12)
+    old = HostCosts.parse_env("1258,0,2.6")            # three prices, as before lines were counted: lines free
+    assert old.py_line_s == 0 and old.seconds(1, 0, 0, 10 ** 6) == pytest.approx(1258e-9)
+    for bad in ("1,2", "1,2,3,4,5", "1,2,3,-4", "1,2,3,x"):
+        with pytest.raises(ValueError):
+            HostCosts.parse_env(bad)

@@ -163,7 +163,8 @@ def random_ops(seed: int, n: int) -> list[Op]:
                nbytes=int(rng.integers(0, 2 ** 40)), group=int(rng.integers(-1, 3)), arg=int(rng.integers(-1, 99)),
                cpu_delta=float(rng.random()), source=sources[rng.integers(len(sources))],
                mem=int(rng.integers(-2 ** 31, 2 ** 31)), host_py=int(rng.integers(0, 2 ** 20)),
-               host_c=int(rng.integers(0, 2 ** 20)), host_disp=int(rng.integers(0, 2 ** 10)))
+               host_c=int(rng.integers(0, 2 ** 20)), host_disp=int(rng.integers(0, 2 ** 10)),
+               host_line=int(rng.integers(0, 2 ** 24)))
             for _ in range(n)]
 
 
@@ -476,6 +477,29 @@ def test_tables_with_added_columns_still_read(tmp_path):
     with TraceReader(path) as r:
         with pytest.raises(TraceError, match="lack the column"):
             r.ops(0)
+
+
+@pytest.mark.parametrize("dropped", [("host_line",), S.OPTIONAL_OP_COLUMNS], ids=["no-lines", "no-host-counts"])
+def test_tables_of_older_writers_read_their_later_columns_as_zero(tmp_path, dropped):
+    """Versioning policy: a trace written before a column was appended (host_line after host_disp; all four host
+    counts before that) reads it as 0, the other columns as written, row by row and as ops."""
+    path = good_trace(tmp_path / "t.h5")
+    rows = make_rows(12, 2000)
+    rows["name"] = 1
+    older = np.dtype([d for d in S.OP_DTYPE.descr if d[0] not in dropped])
+    table = np.zeros(len(rows), older)
+    for name in older.names:
+        table[name] = rows[name]
+    with h5py.File(path, "a") as f:
+        del f["ranks/0/ops"]
+        f.create_dataset("ranks/0/ops", data=table, chunks=(500,), maxshape=(None,), compression="gzip")
+    with TraceReader(path) as r:
+        got = r.ops(0)
+        ops = list(r.iter_ops(0))
+    for name in S.OP_DTYPE.names:
+        assert np.array_equal(got[name], np.zeros_like(rows[name]) if name in dropped else rows[name]), name
+    assert all(op.host_line == 0 for op in ops)
+    assert [op.host_disp for op in ops] == ([0] * len(rows) if "host_disp" in dropped else rows["host_disp"].tolist())
 
 
 def test_the_h5py_example_of_the_format_document(tmp_path, monkeypatch, capsys):

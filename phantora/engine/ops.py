@@ -4,7 +4,7 @@ Each rank issues a sequence of `Op`s in program order. `cpu_delta` is the framew
 since the previous op; the engine adds it (scaled by the host preset) and, for launches, the host's launch overhead.
 With the modelled host CPU (the default, docs/host-cpu.md) `cpu_delta` is computed from the host work counted since
 the previous op, which the op carries too (`host_py` Python calls, `host_c` built-in calls, `host_disp` aten
-dispatches), so that a replay can cost it again for another host.
+dispatches, `host_line` Python lines), so that a replay can cost it again for another host.
 """
 
 from __future__ import annotations
@@ -52,12 +52,12 @@ class Op:
     """One entry of a rank's op stream."""
 
     __slots__ = ("kind", "stream", "name", "sig", "duration", "flops", "nbytes", "group", "arg", "cpu_delta",
-                 "source", "mem", "host_py", "host_c", "host_disp")
+                 "source", "mem", "host_py", "host_c", "host_disp", "host_line")
 
     def __init__(self, kind: OpKind, *, stream: int = 0, name: str = "", sig: int = -1, duration: float = 0.0,
                  flops: float = 0.0, nbytes: int = 0, group: int = -1, arg: int = -1, cpu_delta: float = 0.0,
                  source: int = CostSource.NONE, mem: int = 0, host_py: int = 0, host_c: int = 0,
-                 host_disp: int = 0):
+                 host_disp: int = 0, host_line: int = 0):
         self.kind = kind
         self.stream = stream
         self.name = name
@@ -72,7 +72,8 @@ class Op:
         self.mem = mem            # bytes of memory the op's outputs allocate (informational)
         self.host_py = host_py    # host work since the previous op (modelled host CPU): Python calls,
         self.host_c = host_c      # built-in (C) function calls,
-        self.host_disp = host_disp  # and aten ops dispatched (kernels, views, metadata ops)
+        self.host_disp = host_disp  # aten ops dispatched (kernels, views, metadata ops),
+        self.host_line = host_line  # and Python lines run
 
     def __repr__(self) -> str:
         fields = ", ".join(f"{k}={getattr(self, k)!r}" for k in self.__slots__ if getattr(self, k) not in ("", -1, 0, 0.0))

@@ -25,7 +25,7 @@ from .ops import Op, OpKind
 _KIND, _STREAM, _NAME, _SIG, _DURATION, _FLOPS, _NBYTES, _SOURCE, _GROUP, _ARG, _CPU = (
     attrgetter(a) for a in ("kind", "stream", "name", "sig", "duration", "flops", "nbytes", "source", "group",
                             "arg", "cpu_delta"))
-_HOST_PY, _HOST_C, _HOST_DISP = (attrgetter(a) for a in ("host_py", "host_c", "host_disp"))
+_HOST_PY, _HOST_C, _HOST_DISP, _HOST_LINE = (attrgetter(a) for a in ("host_py", "host_c", "host_disp", "host_line"))
 _INDEX = itemgetter(0)
 _TIMED = np.array([k in (OpKind.KERNEL, OpKind.MEMCPY) for k in range(256)])   # `duration` is the op's own cost
 _ALLOC, _FREE, _ITER = int(OpKind.ALLOC), int(OpKind.FREE), int(OpKind.ITER_MARK)
@@ -182,6 +182,7 @@ class Recorder:
         rows["host_py"] = np.fromiter(map(_HOST_PY, ops), np.int32, n)
         rows["host_c"] = np.fromiter(map(_HOST_C, ops), np.int32, n)
         rows["host_disp"] = np.fromiter(map(_HOST_DISP, ops), np.int32, n)
+        rows["host_line"] = np.fromiter(map(_HOST_LINE, ops), np.int32, n)
         rows["duration"] = np.fromiter(map(_DURATION, ops), np.float64, n)
         rows["flops"] = np.fromiter(map(_FLOPS, ops), np.float64, n)
         rows["nbytes"] = np.fromiter(map(_NBYTES, ops), np.int64, n)

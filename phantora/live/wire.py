@@ -34,13 +34,13 @@ AUTHKEY_ENV = "PHANTORA_AUTHKEY"
 
 def encode(op: Op) -> tuple:
     return (op.kind, op.stream, op.name, op.sig, op.duration, op.flops, op.nbytes, op.group, op.arg, op.cpu_delta,
-            op.source, op.mem, op.host_py, op.host_c, op.host_disp)
+            op.source, op.mem, op.host_py, op.host_c, op.host_disp, op.host_line)
 
 
 def decode(row: tuple) -> Op:
     op = Op.__new__(Op)
     (op.kind, op.stream, op.name, op.sig, op.duration, op.flops, op.nbytes, op.group, op.arg, op.cpu_delta,
-     op.source, op.mem, op.host_py, op.host_c, op.host_disp) = row
+     op.source, op.mem, op.host_py, op.host_c, op.host_disp, op.host_line) = row
     return op
 
 

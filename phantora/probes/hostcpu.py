@@ -8,14 +8,15 @@ the host has issued the next), so that a step's time is the host's time to issue
 each configuration's GPU count and arguments.
 
 For each configuration the same command runs under `phantora run` (modelled host CPU) and the work counted per
-steady-state step is read from its trace on rank 0: Python calls, built-in calls, aten dispatches and launches
-(kernels, copies, collectives, point-to-point ops). Launches are priced at the cluster's `launch_overhead_us` (the
-engine adds it to every launch in either host-CPU mode); a non-negative least-squares fit of the rest of the
+steady-state step is read from its trace on rank 0: Python calls, built-in calls, aten dispatches, Python lines and
+launches (kernels, copies, collectives, point-to-point ops). Launches are priced at the cluster's `launch_overhead_us`
+(the engine adds it to every launch in either host-CPU mode); a non-negative least-squares fit of the rest of the
 measured step times, weighted for relative error, on the counts named by --features gives their `[host]` prices
-(py_call_ns, c_call_ns, dispatch_us; a count left out is priced 0). The table printed holds each configuration's
-measured and modelled host time per step and the error, with the leave-one-out error of the fit; then each
-configuration's trace is replayed with the fitted prices (`phantora replay --set host.…`), and the simulated step
-(host, GPU and network together) is compared with the measured one. --out keeps it all as JSON.
+(py_call_ns, c_call_ns, dispatch_us, py_line_ns; a count left out is priced 0). The table printed holds each
+configuration's measured and modelled host time per step and the error, with the leave-one-out error of the fit; then
+each configuration's trace is replayed with the fitted prices (`phantora replay --set host.…`), and the simulated step
+(host, GPU and network together) is compared with the measured one. --out keeps it all as JSON; --traces DIR keeps the
+simulated traces, so that a fit on other --features replays them instead of simulating again.
 """
 
 from __future__ import annotations
@@ -35,8 +36,10 @@ import numpy as np
 from phantora.engine.ops import OpKind
 from phantora.paths import project_root
 
-FEATURES = ("py_calls", "c_calls", "dispatches", "launches")
-PRICES = {"py_calls": ("py_call_ns", 1e9), "c_calls": ("c_call_ns", 1e9), "dispatches": ("dispatch_us", 1e6)}
+FEATURES = ("py_calls", "c_calls", "dispatches", "launches", "py_lines")
+PRICES = {"py_calls": ("py_call_ns", 1e9), "c_calls": ("c_call_ns", 1e9), "dispatches": ("dispatch_us", 1e6),
+          "py_lines": ("py_line_ns", 1e9)}
+LAUNCHES = FEATURES.index("launches")
 _LAUNCH_KINDS = (OpKind.KERNEL, OpKind.MEMCPY, OpKind.COLLECTIVE, OpKind.SEND, OpKind.RECV)
 
 
@@ -72,8 +75,8 @@ def counted_step(trace: Path, skip: int = 1) -> np.ndarray:
     window = ops[marks[skip] + 1: marks[-1] + 1]
     steps = len(marks) - 1 - skip
     launches = np.isin(window["kind"], [int(k) for k in _LAUNCH_KINDS]).sum()
-    return np.array([window["host_py"].sum(), window["host_c"].sum(), window["host_disp"].sum(), launches],
-                    dtype=np.float64) / steps
+    return np.array([window["host_py"].sum(), window["host_c"].sum(), window["host_disp"].sum(), launches,
+                     window["host_line"].sum()], dtype=np.float64) / steps
 
 
 def nnls(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -118,13 +121,13 @@ def fit(rows: list[tuple[str, float, np.ndarray]], features: list[str], launch_s
     a = np.array([f for _, _, f in rows])
     b = np.array([t for _, t, _ in rows])
     cols = [FEATURES.index(f) for f in features]
-    rest = b - a[:, 3] * launch_s
+    rest = b - a[:, LAUNCHES] * launch_s
     w = 1.0 / b
 
     def solve(mask):
         x = np.zeros(len(FEATURES))
         x[cols] = nnls(a[mask][:, cols] * w[mask, None], rest[mask] * w[mask])
-        x[3] = launch_s
+        x[LAUNCHES] = launch_s
         return x
 
     x = solve(np.ones(len(b), bool))
@@ -147,12 +150,16 @@ def replayed_step(trace: Path, prices: dict) -> float:
 @click.command()
 @click.argument("folder", type=click.Path(exists=True, file_okay=False))
 @click.option("--cluster", default="h200-2gpu-nvlink", show_default=True, help="Cluster preset of the measured host.")
-@click.option("--features", default="py_calls,dispatches", show_default=True,
-              help="Counts whose prices are fitted (py_calls, c_calls, dispatches); the others are priced 0.")
+@click.option("--features", default="py_lines,dispatches", show_default=True,
+              help="Counts whose prices are fitted (py_calls, c_calls, dispatches, py_lines); the others are priced "
+                   "0.")
 @click.option("--out", default=None, type=click.Path(dir_okay=False), help="Write the fit and the table as JSON.")
 @click.option("--measure-sh", default=None, type=click.Path(exists=True, dir_okay=False),
               help="The script that measured the folder (default: groundtruth/hostcpu/measure.sh).")
-def main(folder, cluster, features, out, measure_sh):
+@click.option("--traces", "traces_dir", default=None, type=click.Path(file_okay=False),
+              help="Keep the simulated traces in this folder, and reuse those already there (another --features "
+                   "fit of the same runs).")
+def main(folder, cluster, features, out, measure_sh, traces_dir):
     """Fit the [host] prices of the modelled host CPU to host-bound steps measured on a GPU host."""
     from phantora.cluster import load_cluster
 
@@ -166,27 +173,33 @@ def main(folder, cluster, features, out, measure_sh):
     rows = []
     traces = {}
     with tempfile.TemporaryDirectory(prefix="phantora-hostcpu-") as tmp:
+        workdir = Path(traces_dir) if traces_dir else Path(tmp)
+        workdir.mkdir(parents=True, exist_ok=True)
         for name, gpus, args in configurations(script):
             result = folder / f"{name}.json"
             if not result.exists():
                 click.echo(f"{name}: no {result.name}, left out", err=True)
                 continue
-            click.echo(f"{name}: simulating ({gpus} GPU(s))", err=True)
-            traces[name] = simulate(name, gpus, args, cluster, Path(tmp))
+            if traces_dir and (workdir / f"{name}.h5").exists():
+                traces[name] = workdir / f"{name}.h5"
+            else:
+                click.echo(f"{name}: simulating ({gpus} GPU(s))", err=True)
+                traces[name] = simulate(name, gpus, args, cluster, workdir)
             rows.append((name, measured_step(result), counted_step(traces[name])))
         if len(rows) <= len(names):
             raise click.ClickException(f"{len(rows)} configurations: the fit needs more than {len(names)}")
         x, model, loo = fit(rows, names, launch_s)
         prices = {key: float(x[FEATURES.index(f)] * scale) for f, (key, scale) in PRICES.items()}
         simulated = {name: replayed_step(traces[name], prices) for name in traces}
-    click.echo(f"{'configuration':<22}{'py calls':>10}{'C calls':>10}{'disp':>8}{'launch':>8}"
+    click.echo(f"{'configuration':<22}{'py calls':>10}{'C calls':>10}{'disp':>8}{'launch':>8}{'lines':>10}"
                f"{'measured ms':>13}{'host ms':>9}{'error':>8}{'LOO':>8}{'step ms':>9}{'error':>8}")
     table = []
     for (name, t, f), m, lo in zip(rows, model, loo):
         err = (m - t) / t * 100
         step = simulated[name]
         serr = (step - t) / t * 100
-        click.echo(f"{name:<22}{f[0]:>10.0f}{f[1]:>10.0f}{f[2]:>8.0f}{f[3]:>8.0f}{t * 1e3:>13.2f}{m * 1e3:>9.2f}"
+        click.echo(f"{name:<22}{f[0]:>10.0f}{f[1]:>10.0f}{f[2]:>8.0f}{f[3]:>8.0f}{f[4]:>10.0f}{t * 1e3:>13.2f}"
+                   f"{m * 1e3:>9.2f}"
                    f"{err:>+7.1f}%{lo:>+7.1f}%{step * 1e3:>9.2f}{serr:>+7.1f}%")
         table.append({"configuration": name, **dict(zip(FEATURES, f.tolist())), "measured_s": t,
                       "model_s": float(m), "error_pct": err, "loo_error_pct": lo, "simulated_step_s": step,

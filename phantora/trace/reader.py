@@ -40,7 +40,8 @@ for _s in CostSource:
 # mapped separately).
 _DIRECT = (("stream", "stream"), ("sig", "sig"), ("duration", "duration"), ("flops", "flops"),
            ("nbytes", "nbytes"), ("group", "group"), ("arg", "arg"), ("cpu_delta", "cpu_delta"),
-           ("mem", "mem_delta"), ("host_py", "host_py"), ("host_c", "host_c"), ("host_disp", "host_disp"))
+           ("mem", "mem_delta"), ("host_py", "host_py"), ("host_c", "host_c"), ("host_disp", "host_disp"),
+           ("host_line", "host_line"))
 
 
 class _RowOp(Op):
@@ -49,7 +50,7 @@ class _RowOp(Op):
     __slots__ = ()
 
     def __init__(self, kind, source, name, stream, sig, duration, flops, nbytes, group, arg, cpu_delta, mem, host_py,
-                 host_c, host_disp):
+                 host_c, host_disp, host_line):
         self.kind = kind
         self.source = source
         self.name = name
@@ -65,6 +66,7 @@ class _RowOp(Op):
         self.host_py = host_py
         self.host_c = host_c
         self.host_disp = host_disp
+        self.host_line = host_line
 
 
 class TraceReader:

@@ -39,8 +39,8 @@ META_KEYS = {
     "created": "str: ISO 8601 UTC time the trace was created",
     "mode": "str: 'live' (a framework ran) or 'replay' (re-simulated from another trace)",
     "host_cpu": "dict: how the framework's host time was found: mode ('model' or 'measured'), the prices py_call_ns, "
-                "c_call_ns, dispatch_us, the conversion prices to_tensor_ns, infer_dtype_ns, to_list_ns (absent in older "
-                "traces), and cpu_time_scale (docs/host-cpu.md)",
+                "c_call_ns, dispatch_us, py_line_ns (absent in older traces: 0), the conversion prices to_tensor_ns, "
+                "infer_dtype_ns, to_list_ns (absent in older traces), and cpu_time_scale (docs/host-cpu.md)",
     "routing": "dict: the expert routing a mixture-of-experts step assumed (phantora run --routing): kind "
                "('balanced', 'zipf', 'loads'), exponent (zipf), loads and source (loads)",
 }
@@ -66,10 +66,11 @@ OP_DTYPE = np.dtype([
     ("host_py", "<i4"),      # host work since the previous op (modelled host CPU): Python calls,
     ("host_c", "<i4"),       # built-in function calls,
     ("host_disp", "<i4"),    # aten ops dispatched; all 0 when the host CPU time was measured
+    ("host_line", "<i4"),    # Python lines run (modelled host CPU), appended after host_disp
 ])
 """One row per op of a rank's stream, in program order."""
 
-OPTIONAL_OP_COLUMNS = ("host_py", "host_c", "host_disp")
+OPTIONAL_OP_COLUMNS = ("host_py", "host_c", "host_disp", "host_line")
 """Columns appended after the first traces were written (a compatible addition): a trace without them reads them
 as 0."""
 

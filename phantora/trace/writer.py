@@ -324,6 +324,7 @@ class TraceWriter:
         rows["host_py"] = [o.host_py for o in ops]
         rows["host_c"] = [o.host_c for o in ops]
         rows["host_disp"] = [o.host_disp for o in ops]
+        rows["host_line"] = [o.host_line for o in ops]
         rows["duration"] = [o.duration for o in ops]
         rows["flops"] = [o.flops for o in ops]
         rows["nbytes"] = [o.nbytes for o in ops]

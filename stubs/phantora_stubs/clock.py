@@ -8,10 +8,10 @@ After `install(runtime)`:
 `time.process_time` and `time.thread_time` stay real: the meter needs them.
 
 `CpuMeter` charges the framework's own host work between two entries into the stubs (docs/host-cpu.md):
-- `model` (the default): the work is *counted* — Python function calls and built-in calls (a CPython profile function
-  in C, csrc/host_counter.cpp, active only while the thread is outside the stubs) and aten ops dispatched — and
-  priced by the host preset (phantora/hostcpu.py). The counts depend on the program alone: the simulated time is the
-  same on any machine, loaded or quiet.
+- `model` (the default): the work is *counted* — Python function calls, built-in calls and Python lines run (a CPython
+  profile and trace function in C, csrc/host_counter.cpp, active only while the thread is outside the stubs) and aten
+  ops dispatched — and priced by the host preset (phantora/hostcpu.py). The counts depend on the program alone: the
+  simulated time is the same on any machine, loaded or quiet.
 - `measured`: `time.thread_time` read on entry (`enter`) and exit (`exit`), so that the stubs' own work and the
   fake-tensor machinery they run are excluded, minus the calibrated cost of reaching the stubs (`entry_cost`).
 Either way the reading is per thread: backward passes run on the autograd engine's device thread.
@@ -26,6 +26,7 @@ import gc
 import sys
 import threading
 import time as _time
+from functools import partial
 from typing import Callable
 
 _real_thread_time = _time.thread_time
@@ -37,6 +38,10 @@ ENTRY_FRAMES = 2
 """Python calls that reaching the stubs adds to the counts, charged back on every outermost entry: the stub's own
 entry point (a `__torch_dispatch__`, a wrapped `torch.cuda` or `torch.distributed` function, the gc and import hooks)
 and `CpuMeter.enter` itself. Each entry point calls `enter` first."""
+
+ENTRY_LINES = 2
+"""Python lines that reaching the stubs adds to the counts beyond one per entry frame: `CpuMeter.enter` runs three
+before counting stops, each other entry frame one (the line that calls the next). Charged back with the frames."""
 
 
 class CpuMeter:
@@ -57,32 +62,39 @@ class CpuMeter:
         """`measured` mode: seconds subtracted from every gap between two entries, the cost of reaching the stubs
         themselves (a Python dispatch mode's entry and exit), which a real run does not pay (see
         `interceptor.calibrate_entry_cost`)."""
-        self._set_profile = None
-        self._profile_fn = None
+        self._on = None                # model mode: counting on / off on the calling thread (C, csrc/host_counter.cpp)
+        self._off = None
         self._counts_of = None
+        self.count_lines = True
+        """`model` mode: whether Python lines are counted (a trace function, besides the profile function's calls)."""
         self.dispatch_bias = (0, 0)
-        """`model` mode: Python and built-in calls that a dispatch mode's own machinery adds to each aten op
-        dispatched, charged back per `dispatch()` (`interceptor.calibrate_dispatch_counts`)."""
-        self.last_counts = (0, 0, 0)
-        """`model` mode: the counts of the last claim (calibration)."""
+        """`model` mode: Python and built-in calls (and, given a third element, Python lines) that a dispatch mode's
+        own machinery adds to each aten op dispatched, charged back per `dispatch()`
+        (`interceptor.calibrate_dispatch_counts`)."""
+        self.dispatch_line_bias = 0
+        """`model` mode: Python lines that a dispatch mode's own machinery adds to each aten op dispatched, charged
+        back per `dispatch()` (`_calibrate_dispatch_lines`, when `dispatch_bias` has no third element)."""
+        self.last_counts = (0, 0, 0, 0)
+        """`model` mode: the counts of the last claim (calibration): Python calls, built-in calls, dispatches, lines."""
 
     # -- set-up ------------------------------------------------------------------------------------------------
     def use_model(self, costs) -> None:
         """Count and price the framework's work (`costs`: phantora.hostcpu.HostCosts). Loads the counter library."""
         from . import build
         lib = build.host_counter()
-        set_profile = ctypes.pythonapi.PyEval_SetProfile
-        set_profile.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
-        set_profile.restype = None
-        self._set_profile = set_profile
-        self._profile_fn = ctypes.cast(lib.phantora_hc_profile, ctypes.c_void_p)
-        self._counts_of = lib.phantora_hc_counts
         _skip_lookup_calls(lib)
+        hooks = ctypes.PyDLL(lib._name)            # the same library; its switches must run with the GIL held
+        on, off = hooks.phantora_hc_on, hooks.phantora_hc_off
+        on.argtypes, on.restype, off.argtypes, off.restype = [ctypes.c_int], ctypes.c_int, [], ctypes.c_int
+        self._on, self._off = partial(on, 1 if self.count_lines else 0), off
+        self._counts_of = lib.phantora_hc_counts
         self.costs = costs
         self.mode = "model"
         if _gc_hook not in gc.callbacks:
             gc.callbacks.append(_gc_hook)
         _hook_imports()
+        if self.count_lines and "torch" in sys.modules:
+            self.dispatch_line_bias = _calibrate_dispatch_lines()
 
     def _loc(self):
         loc = self._local
@@ -91,28 +103,30 @@ class CpuMeter:
             loc.pending = 0.0
             loc.last = None
             loc.counts = None          # this thread's counters (model mode), once the profile function is on
-            loc.base = (0, 0)          # counts at the last claim
+            loc.base = (0, 0, 0)       # counts at the last claim (Python calls, built-in calls, lines)
             loc.bias = 0               # entry frames counted since the last claim
+            loc.bias_lines = 0         # and their lines
             loc.disp = 0               # aten ops dispatched since the last claim
-            loc.taken = [0, 0, 0]      # counts claimed and not yet handed to an op
+            loc.taken = [0, 0, 0, 0]   # counts claimed and not yet handed to an op (py, c, disp, lines)
         return loc
 
     # -- the framework's stretches of work ------------------------------------------------------------------
     def enter(self, frames: int = ENTRY_FRAMES) -> None:
         """Entry into the stubs; `frames`: the Python calls from the framework's frame to this one, inclusive."""
-        sp = self._set_profile
-        if sp is not None:
-            sp(None, None)             # first: nothing the stubs do is counted
+        off = self._off
+        if off is not None:
+            off()                      # first: nothing the stubs do is counted
         loc = self._loc()
         loc.depth += 1
         if loc.depth > 1:
             return
-        if sp is not None:
+        if off is not None:
             if loc.counts is None:     # the thread's first entry: counting starts when it leaves
                 loc.counts = self._counts_of()
-                loc.base = (loc.counts[0], loc.counts[1])
-            else:
+                loc.base = (loc.counts[0], loc.counts[1], loc.counts[2])
+            elif frames:
                 loc.bias += frames
+                loc.bias_lines += frames + ENTRY_LINES
             return
         now = _real_thread_time()
         if loc.last is not None:
@@ -132,66 +146,77 @@ class CpuMeter:
     def claim(self) -> float:
         """The pending framework host time of this thread (seconds), reset to 0."""
         loc = self._loc()
-        if self._set_profile is None:
+        if self._off is None:
             p = loc.pending
             loc.pending = 0.0
             return p
         counts = loc.counts
         if counts is None:
-            py = c = 0
+            py = c = lines = 0
         else:
-            now_py, now_c = counts[0], counts[1]
-            py = now_py - loc.base[0] - loc.bias
-            c = now_c - loc.base[1]
-            loc.base = (now_py, now_c)
+            now_py, now_c, now_lines = counts[0], counts[1], counts[2]
+            base = loc.base
+            py = now_py - base[0] - loc.bias
+            c = now_c - base[1]
+            lines = now_lines - base[2] - loc.bias_lines
+            loc.base = (now_py, now_c, now_lines)
         loc.bias = 0
+        loc.bias_lines = 0
         disp = loc.disp
         loc.disp = 0
         if disp:
-            py -= disp * self.dispatch_bias[0]
-            c -= disp * self.dispatch_bias[1]
+            bias = self.dispatch_bias
+            py -= disp * bias[0]
+            c -= disp * bias[1]
+            lines -= disp * (bias[2] if len(bias) > 2 else self.dispatch_line_bias)
         py = py if py > 0 else 0
         c = c if c > 0 else 0
-        self.last_counts = (py, c, disp)
-        if not (py or c or disp):
+        lines = lines if lines > 0 else 0
+        self.last_counts = (py, c, disp, lines)
+        if not (py or c or disp or lines):
             return 0.0
         taken = loc.taken
         taken[0] += py
         taken[1] += c
         taken[2] += disp
-        return self.costs.seconds(py, c, disp)
+        taken[3] += lines
+        return self.costs.seconds(py, c, disp, lines)
 
-    def take(self) -> tuple[int, int, int]:
-        """The counts claimed on this thread since the last `take` (model mode), reset."""
+    def take(self) -> tuple[int, int, int, int]:
+        """The counts claimed on this thread since the last `take` (model mode), reset: Python calls, built-in
+        calls, dispatches, lines."""
         loc = self._loc()
         t = loc.taken
-        if not (t[0] or t[1] or t[2]):
-            return (0, 0, 0)
-        loc.taken = [0, 0, 0]
-        return (t[0], t[1], t[2])
+        if not (t[0] or t[1] or t[2] or t[3]):
+            return (0, 0, 0, 0)
+        loc.taken = [0, 0, 0, 0]
+        return (t[0], t[1], t[2], t[3])
 
     def reset(self) -> None:
         """Forget this thread's pending work and start measuring from now (after the stubs' own setup)."""
+        if self._off is not None:
+            self._off()                # nothing before the return to the caller is counted
         loc = self._loc()
         loc.pending = 0.0
         loc.depth = 0
         loc.last = _real_thread_time()
         loc.bias = 0
+        loc.bias_lines = 0
         loc.disp = 0
-        loc.taken = [0, 0, 0]
-        if self._set_profile is not None:
+        loc.taken = [0, 0, 0, 0]
+        if self._on is not None:
             if loc.counts is None:
                 loc.counts = self._counts_of()
-            loc.base = (loc.counts[0], loc.counts[1])
-            self._set_profile(self._profile_fn, None)
+            loc.base = (loc.counts[0], loc.counts[1], loc.counts[2])
+            self._on()
 
     def exit(self) -> None:
         loc = self._loc()
         loc.depth -= 1
         if loc.depth <= 0:
             loc.depth = 0
-            if self._set_profile is not None:
-                self._set_profile(self._profile_fn, None)     # last: the framework's work is counted again
+            if self._on is not None:
+                self._on()                 # last: the framework's work is counted again
             else:
                 loc.last = _real_thread_time()
 
@@ -233,13 +258,51 @@ def _skip_lookup_calls(lib) -> None:
         raise RuntimeError("the host-work counter cannot reach this interpreter's PyFrame_GetCode / Py_DecRef")
 
 
+def _calibrate_dispatch_lines(n: int = 64) -> int:
+    """Python lines that reaching the interceptor adds to each dispatched op (model mode): what
+    `interceptor.calibrate_dispatch_counts` finds for calls, for lines. The same loops of one-element in-place adds,
+    under a mode with the interceptor's entry and with no mode, for n and 2n iterations; an exact integer, the same
+    on every machine. Runs when counting starts (`use_model`), before any mode is entered."""
+    import torch
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    from .interceptor import _CountProbe
+
+    def lines(loops: int, moded: bool) -> int:
+        x = torch.zeros(1)
+        METER.reset()
+        if moded:
+            with _CountProbe():
+                for _ in range(loops):
+                    x.add_(1)
+        else:
+            for _ in range(loops):
+                x.add_(1)
+        METER.enter()
+        try:
+            METER.claim()
+            return METER.last_counts[3]
+        finally:
+            METER.exit()
+            METER.take()
+
+    with _disable_current_modes():
+        saved = METER.dispatch_bias, METER.dispatch_line_bias
+        METER.dispatch_bias, METER.dispatch_line_bias = (0, 0), 0
+        try:
+            lines(n, True)                                     # first use (torch's caches) is not per op
+            m1, m2 = lines(n, True), lines(2 * n, True)
+            p1, p2 = lines(n, False), lines(2 * n, False)
+            per = ((m2 - m1) - (p2 - p1)) / n
+        finally:
+            METER.dispatch_bias, METER.dispatch_line_bias = saved
+    return max(round(per), 0)
+
+
 def _gc_hook(phase: str, info: dict) -> None:
     """A garbage collection runs at a moment that depends on allocations the stubs make too: its work (finalizers,
     weak-reference callbacks) is not counted (model mode)."""
-    if phase == "start":
-        METER.enter()
-    else:
-        METER.exit()
+    METER.enter() if phase == "start" else METER.exit()     # one line: the lines charged back are exact
 
 
 def _hook_imports() -> None:
@@ -295,10 +358,10 @@ class VirtualClock:
         return int(self.epoch * 1e9) + int(self.now() * 1e9)
 
     def sleep(self, seconds: float) -> None:
-        if seconds < 0:
-            raise ValueError("sleep length must be non-negative")
-        METER.enter(3)
+        METER.enter(3)                 # first: the lines that reach the stubs are charged back (ENTRY_LINES)
         try:
+            if seconds < 0:
+                raise ValueError("sleep length must be non-negative")
             self._rt().advance_cpu(METER.claim() + float(seconds))    # type: ignore[attr-defined]
         finally:
             _real_sleep(0)
@@ -311,10 +374,10 @@ CLOCK: VirtualClock | None = None
 def host_work(seconds: float) -> None:
     """Charge `seconds` of modelled host compute to the calling thread's rank, after the framework's pending work
     (a stand-in for a host loop that runs on tensors holding no data: DeepSpeed's CPU optimizers)."""
-    if CLOCK is None or seconds <= 0:
-        return
-    METER.enter(2)
+    METER.enter(2)                     # first: the lines that reach the stubs are charged back (ENTRY_LINES)
     try:
+        if CLOCK is None or seconds <= 0:
+            return
         CLOCK._rt().advance_cpu(METER.claim() + float(seconds))    # type: ignore[attr-defined]
     finally:
         METER.exit()

@@ -163,7 +163,7 @@ class RemoteRuntime(Runtime):
     # -- internals -------------------------------------------------------------------------------------------------
     def _append(self, op: Op) -> None:
         if METER.costs is not None:
-            op.host_py, op.host_c, op.host_disp = METER.take()     # the host work its cpu_delta prices
+            op.host_py, op.host_c, op.host_disp, op.host_line = METER.take()     # the host work its cpu_delta prices
         t = self._thread()
         t.issues = True
         if t.pending:

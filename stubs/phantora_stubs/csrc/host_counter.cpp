@@ -1,30 +1,43 @@
-// Host-work counter: a CPython profile function (PyEval_SetProfile) that counts, per thread, the Python function
-// calls and the calls of built-in (C) functions the interpreter makes. The stubs install it on every thread that
-// enters them and uninstall it while they run, so that the counts are the framework's own work between two ops.
+// Host-work counter: counts, per thread, the Python function calls, the calls of built-in (C) functions and the
+// Python lines the interpreter runs. Two CPython hooks with the Py_tracefunc signature: a profile function
+// (PyEval_SetProfile: calls, built-in calls, returns) and a trace function (PyEval_SetTrace: line events). The stubs
+// switch both on (phantora_hc_on) on every thread that enters them and off (phantora_hc_off) while they run, so that
+// the counts are the framework's own work between two ops.
 //
 // The counts must be a function of the program alone, never of the machine or of where the memory allocator put
 // objects. One kind of call is not: comparisons and hashes run by container lookups (`__eq__`, `__ne__`, `__hash__`
 // called from a dict or a C++ hash map probing keys whose hashes come from object addresses or thread ids). A call of
-// a function with one of the names given to phantora_hc_skip_names is therefore not counted, nor anything it calls.
+// a function with one of the names given to phantora_hc_skip_names is therefore not counted, nor anything it calls,
+// nor the lines they run.
 //
-// No Python header is needed: the callback has the Py_tracefunc signature with opaque pointers; the two C-API
-// functions used (PyFrame_GetCode, Py_DecRef) are found in the running interpreter, and the offset of a code
-// object's co_name is measured by the stubs at start-up (clock.py).
+// A line event is what CPython's tracing reports as one: a line starting to run, or run again after a jump back (each
+// iteration of a loop). It measures how much bytecode the framework runs, which a count of calls cannot tell: a call
+// of a heavy function and one of a light function count one each.
+//
+// No Python header is needed: the callbacks have the Py_tracefunc signature with opaque pointers; the C-API functions
+// used (PyFrame_GetCode, Py_DecRef, PyEval_SetProfile, PyEval_SetTrace) are found in the running interpreter, and
+// the offset of a code object's co_name is measured by the stubs at start-up (clock.py). phantora_hc_on/off must be
+// called with the GIL held (ctypes.PyDLL).
 #include <cstdint>
 #include <dlfcn.h>
 
 namespace {
 struct Counts {
-    long long py;      // PyTrace_CALL: a Python frame starts (a function call, a generator resumed)
-    long long c;       // PyTrace_C_CALL: a built-in function is called
+    long long py;        // PyTrace_CALL: a Python frame starts (a function call, a generator resumed)
+    long long c;         // PyTrace_C_CALL: a built-in function is called
+    long long lines;     // PyTrace_LINE: a Python line runs
     long long skipping;  // frames open inside a skipped call (0: counting)
 };
-thread_local Counts counts = {0, 0, 0};
+thread_local Counts counts = {0, 0, 0, 0};
 
 typedef void* (*GetCode)(void*);
 typedef void (*DecRef)(void*);
+typedef int (*TraceFunc)(void*, void*, int, void*);
+typedef void (*SetHook)(TraceFunc, void*);
 GetCode get_code = nullptr;
 DecRef dec_ref = nullptr;
+SetHook set_profile = nullptr;
+SetHook set_trace = nullptr;
 long name_offset = -1;
 void* skip_names[8] = {nullptr};
 int n_skip = 0;
@@ -60,15 +73,40 @@ __attribute__((visibility("default"))) int phantora_hc_profile(void*, void* fram
     return 0;
 }
 
-// Address of this thread's counters (two long longs: Python calls, C calls); stable for the thread's life.
+// The trace function: line events only (calls and returns are the profile function's, which keeps `skipping`).
+__attribute__((visibility("default"))) int phantora_hc_trace(void*, void*, int what, void*) {
+    if (what == 2 && !counts.skipping) ++counts.lines;    // PyTrace_LINE
+    return 0;
+}
+
+// Address of this thread's counters (three long longs: Python calls, C calls, lines); stable for the thread's life.
 __attribute__((visibility("default"))) long long* phantora_hc_counts() { return &counts.py; }
 
-// Leave calls of functions named `names` (interned str objects, kept alive by the caller) out of the counts.
-// `offset`: byte offset of co_name in a code object. Returns 0, or -1 where the interpreter's functions are missing.
+// Counting on / off on the calling thread (GIL held). Returns 0, or -1 where the interpreter's functions are missing.
+// `lines` 0 leaves the trace function off (no line events: calls only, as cheap as a profile function).
+__attribute__((visibility("default"))) int phantora_hc_on(int lines) {
+    if (set_profile == nullptr || set_trace == nullptr) return -1;
+    set_profile(phantora_hc_profile, nullptr);
+    if (lines) set_trace(phantora_hc_trace, nullptr);
+    return 0;
+}
+
+__attribute__((visibility("default"))) int phantora_hc_off() {
+    if (set_profile == nullptr || set_trace == nullptr) return -1;
+    set_profile(nullptr, nullptr);
+    set_trace(nullptr, nullptr);
+    return 0;
+}
+
+// Leave calls of functions named `names` (interned str objects, kept alive by the caller) out of the counts, and
+// find the interpreter's functions. `offset`: byte offset of co_name in a code object. Returns 0, or -1 where the
+// interpreter's functions are missing.
 __attribute__((visibility("default"))) int phantora_hc_skip_names(long offset, void** names, int n) {
     get_code = reinterpret_cast<GetCode>(dlsym(RTLD_DEFAULT, "PyFrame_GetCode"));
     dec_ref = reinterpret_cast<DecRef>(dlsym(RTLD_DEFAULT, "Py_DecRef"));
-    if (get_code == nullptr || dec_ref == nullptr) return -1;
+    set_profile = reinterpret_cast<SetHook>(dlsym(RTLD_DEFAULT, "PyEval_SetProfile"));
+    set_trace = reinterpret_cast<SetHook>(dlsym(RTLD_DEFAULT, "PyEval_SetTrace"));
+    if (get_code == nullptr || dec_ref == nullptr || set_profile == nullptr || set_trace == nullptr) return -1;
     name_offset = offset;
     n_skip = n < 8 ? n : 8;
     for (int i = 0; i < n_skip; ++i) skip_names[i] = names[i];
