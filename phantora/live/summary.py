@@ -149,9 +149,12 @@ def host_cpu_text(host: dict) -> str:
     scaled = f", x{scale:g}" if scale != 1.0 else ""
     if host.get("mode") == "measured":
         return f"measured on this machine (thread CPU time{scaled}): depends on the machine that simulates"
-    return (f"modelled: {host.get('py_call_ns', 0):g} ns per Python call, {host.get('c_call_ns', 0):g} ns per "
-            f"built-in call, {host.get('dispatch_us', 0):g} us per aten dispatch{scaled}{convert_text(host)} "
-            "(docs/host-cpu.md)")
+    priced = [f"{host.get('py_line_ns', 0):g} ns per Python line"] if host.get("py_line_ns") else []
+    for key, unit, what in (("py_call_ns", "ns", "Python call"), ("c_call_ns", "ns", "built-in call")):
+        if host.get(key) or not priced:
+            priced.append(f"{host.get(key, 0):g} {unit} per {what}")
+    priced.append(f"{host.get('dispatch_us', 0):g} us per aten dispatch")
+    return f"modelled: {', '.join(priced)}{scaled}{convert_text(host)} (docs/host-cpu.md)"
 
 
 def convert_text(host: dict) -> str:

@@ -50,7 +50,7 @@ class StubConfig:
     torch_cuda: tuple[int, int] | None = None  # PHANTORA_TORCH_CUDA: torch release whose CUDA kernel choices to emulate
     sdpa: tuple[str, ...] = ()     # PHANTORA_SDPA: forced SDPA backend order (cudnn, flash, efficient, math)
     host_cpu: str = hostcpu.DEFAULT_MODE   # PHANTORA_HOST_CPU: model (counted host work, priced) or measured
-    host_costs: hostcpu.HostCosts | None = None   # PHANTORA_HOST_COSTS: py_call_ns,c_call_ns,dispatch_us
+    host_costs: hostcpu.HostCosts | None = None   # PHANTORA_HOST_COSTS: py_call_ns,c_call_ns,dispatch_us,py_line_ns
     convert_costs: hostcpu.ConvertCosts | None = None   # PHANTORA_HOST_CONVERT: to_tensor_ns,infer_dtype_ns,to_list_ns
     cluster: str = DEFAULT_CLUSTER  # PHANTORA_CLUSTER: cluster preset or TOML the LocalRuntime's engine simulates
     transformer_engine: str = ""   # PHANTORA_TRANSFORMER_ENGINE: TE release the stand-in answers as ("" = none)
