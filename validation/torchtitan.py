@@ -137,7 +137,8 @@ def torchtitan_args(record: Record, *, steps: int = STEPS) -> list[str]:
     if not recipe.supported:
         raise UnsupportedCase(f"TorchTitan 0.3.0 has no config for model preset '{wl.model}': {recipe.notes}")
     if wl.float8:
-        raise UnsupportedCase("Float8 training is not simulated")
+        raise UnsupportedCase("TorchTitan's Float8 of 2024 (FSDP Float8 all-gathers) is not mapped onto TorchTitan "
+                              "0.3.0 (torchao's Float8 itself is simulated: docs/compile.md)")
     p = wl.parallelism
     if p.ep > 1:
         raise UnsupportedCase("expert parallelism is not mapped yet")
