@@ -17,15 +17,19 @@ GEMMS = ("mm", "addmm", "bmm")
 def compiled_run(stub_cache, tmp_path_factory):
     oplog = tmp_path_factory.mktemp("compiled") / "ops.jsonl"
     out = run_script("compiled_steps.py", stub_cache, oplog=oplog)
-    ops = read_oplog(oplog)
+    return out, _sections(oplog)
+
+
+def _sections(oplog):
+    """The kernels of an op log, in the sections its torch.cuda.synchronize() calls separate."""
     sections, cur = [], []
-    for op in ops:
+    for op in read_oplog(oplog):
         if op["kind"] == "SYNC_DEVICE":
             sections.append(cur)
             cur = []
         elif op["kind"] == "KERNEL":
             cur.append(op)
-    return out, sections
+    return sections
 
 
 def _packet(op):
@@ -94,14 +98,7 @@ def float8_run(stub_cache, tmp_path_factory):
     pytest.importorskip("torchao")
     oplog = tmp_path_factory.mktemp("float8") / "ops.jsonl"
     out = run_script("float8_steps.py", stub_cache, oplog=oplog)
-    sections, cur = [], []
-    for op in read_oplog(oplog):
-        if op["kind"] == "SYNC_DEVICE":
-            sections.append(cur)
-            cur = []
-        elif op["kind"] == "KERNEL":
-            cur.append(op)
-    return out, sections
+    return out, _sections(oplog)
 
 
 @pytest.mark.parametrize("section", [1, 3], ids=["eager", "compiled"])
@@ -127,30 +124,13 @@ def test_float8_linear_runs_three_fp8_gemms_at_most_at_the_fp8_peak(float8_run, 
 def test_a_compiled_tp_run_is_bit_identical_beside_busy_processes(tmp_path):
     """Compiling is the stubs' work (Dynamo's callback, Inductor's graph compilations) and its host time a fixed
     price: the simulated times of a compiled run do not depend on how fast the simulating machine compiles."""
-    import os
-    import subprocess
-    import sys
-
     import numpy as np
-    from test_live_run import ROOT, phantora_run
+    from test_hostcpu import TP_STEP, run_quiet_and_busy
 
     from phantora.trace.reader import TraceReader
-
-    step = ("--nodes", "1", "--gpus-per-node", "2", "--ranks", "all", "--quiet", "--", "python",
-            str(ROOT / "presets" / "workloads" / "llama.py"), "--model", "llama-tiny", "--tp", "2", "--seq", "256",
-            "--steps", "3", "--compile")
-    quiet, busy = tmp_path / "quiet.h5", tmp_path / "busy.h5"
-    proc = phantora_run("--trace", str(quiet), *step, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 2)]
-    try:
-        proc = phantora_run("--trace", str(busy), *step, timeout=600)
-    finally:
-        for b in burners:
-            b.kill()
-            b.wait()
-    assert proc.returncode == 0, proc.stderr[-3000:]
     from phantora_stubs.compiled import COMPILE_FIRST_S
+
+    quiet, busy = run_quiet_and_busy(tmp_path, TP_STEP + ("--compile",), timeout=600)
     with TraceReader(quiet) as a, TraceReader(busy) as b:
         for r in a.ranks:
             ta, tb = a.iterations(r), b.iterations(r)

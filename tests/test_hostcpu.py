@@ -123,19 +123,25 @@ def test_counter_counts_each_call_once_and_leaves_key_comparisons_out():
     assert (lpy_few, lc_few, ll_few) == (lpy_many, lc_many, ll_many)
 
 
-def test_tp_step_is_bit_identical_beside_busy_processes(tmp_path):
+def run_quiet_and_busy(tmp_path: Path, args: tuple[str, ...], timeout: int = 300) -> tuple[Path, Path]:
+    """`phantora run ARGS` twice: alone, then beside one CPU-burning process per core; the two traces."""
     quiet = tmp_path / "quiet.h5"
     busy = tmp_path / "busy.h5"
-    proc = phantora_run("--trace", str(quiet), *TP_STEP)
+    proc = phantora_run("--trace", str(quiet), *args, timeout=timeout)
     assert proc.returncode == 0, proc.stderr[-3000:]
     burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 2)]
     try:
-        proc = phantora_run("--trace", str(busy), *TP_STEP)
+        proc = phantora_run("--trace", str(busy), *args, timeout=timeout)
     finally:
         for b in burners:
             b.kill()
             b.wait()
     assert proc.returncode == 0, proc.stderr[-3000:]
+    return quiet, busy
+
+
+def test_tp_step_is_bit_identical_beside_busy_processes(tmp_path):
+    quiet, busy = run_quiet_and_busy(tmp_path, TP_STEP)
     with TraceReader(quiet) as a, TraceReader(busy) as b:
         assert a.meta["host_cpu"]["mode"] == "model"
         for r in a.ranks:

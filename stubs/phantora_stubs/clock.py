@@ -67,13 +67,9 @@ class CpuMeter:
         self._counts_of = None
         self.count_lines = True
         """`model` mode: whether Python lines are counted (a trace function, besides the profile function's calls)."""
-        self.dispatch_bias = (0, 0)
-        """`model` mode: Python and built-in calls (and, given a third element, Python lines) that a dispatch mode's
-        own machinery adds to each aten op dispatched, charged back per `dispatch()`
-        (`interceptor.calibrate_dispatch_counts`)."""
-        self.dispatch_line_bias = 0
-        """`model` mode: Python lines that a dispatch mode's own machinery adds to each aten op dispatched, charged
-        back per `dispatch()` (`_calibrate_dispatch_lines`, when `dispatch_bias` has no third element)."""
+        self.dispatch_bias = (0, 0, 0)
+        """`model` mode: Python calls, built-in calls and Python lines that a dispatch mode's own machinery adds to
+        each aten op dispatched, charged back per `dispatch()` (`interceptor.calibrate_dispatch_counts`)."""
         self.last_counts = (0, 0, 0, 0)
         """`model` mode: the counts of the last claim (calibration): Python calls, built-in calls, dispatches, lines."""
 
@@ -93,8 +89,6 @@ class CpuMeter:
         if _gc_hook not in gc.callbacks:
             gc.callbacks.append(_gc_hook)
         _hook_imports()
-        if self.count_lines and "torch" in sys.modules:
-            self.dispatch_line_bias = _calibrate_dispatch_lines()
 
     def _loc(self):
         loc = self._local
@@ -168,7 +162,7 @@ class CpuMeter:
             bias = self.dispatch_bias
             py -= disp * bias[0]
             c -= disp * bias[1]
-            lines -= disp * (bias[2] if len(bias) > 2 else self.dispatch_line_bias)
+            lines -= disp * bias[2]
         py = py if py > 0 else 0
         c = c if c > 0 else 0
         lines = lines if lines > 0 else 0
@@ -256,47 +250,6 @@ def _skip_lookup_calls(lib) -> None:
     array = (ctypes.c_void_p * len(names))(*[id(n) for n in names])
     if lib.phantora_hc_skip_names(_code_name_offset(), array, len(names)) != 0:
         raise RuntimeError("the host-work counter cannot reach this interpreter's PyFrame_GetCode / Py_DecRef")
-
-
-def _calibrate_dispatch_lines(n: int = 64) -> int:
-    """Python lines that reaching the interceptor adds to each dispatched op (model mode): what
-    `interceptor.calibrate_dispatch_counts` finds for calls, for lines. The same loops of one-element in-place adds,
-    under a mode with the interceptor's entry and with no mode, for n and 2n iterations; an exact integer, the same
-    on every machine. Runs when counting starts (`use_model`), before any mode is entered."""
-    import torch
-    from torch.utils._python_dispatch import _disable_current_modes
-
-    from .interceptor import _CountProbe
-
-    def lines(loops: int, moded: bool) -> int:
-        x = torch.zeros(1)
-        METER.reset()
-        if moded:
-            with _CountProbe():
-                for _ in range(loops):
-                    x.add_(1)
-        else:
-            for _ in range(loops):
-                x.add_(1)
-        METER.enter()
-        try:
-            METER.claim()
-            return METER.last_counts[3]
-        finally:
-            METER.exit()
-            METER.take()
-
-    with _disable_current_modes():
-        saved = METER.dispatch_bias, METER.dispatch_line_bias
-        METER.dispatch_bias, METER.dispatch_line_bias = (0, 0), 0
-        try:
-            lines(n, True)                                     # first use (torch's caches) is not per op
-            m1, m2 = lines(n, True), lines(2 * n, True)
-            p1, p2 = lines(n, False), lines(2 * n, False)
-            per = ((m2 - m1) - (p2 - p1)) / n
-        finally:
-            METER.dispatch_bias, METER.dispatch_line_bias = saved
-    return max(round(per), 0)
 
 
 def _gc_hook(phase: str, info: dict) -> None:

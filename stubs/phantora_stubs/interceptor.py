@@ -613,18 +613,20 @@ class _CountProbe(Interceptor):
         return func(*args, **kwargs)
 
 
-def calibrate_dispatch_counts(n: int = 64) -> tuple[int, int]:
-    """Python and built-in calls that reaching the interceptor adds to each dispatched op (model mode).
+def calibrate_dispatch_counts(n: int = 64) -> tuple[int, int, int]:
+    """Python calls, built-in calls and Python lines that reaching the interceptor adds to each dispatched op (model
+    mode).
 
     Between the C++ dispatcher and the interceptor's first statement, torch runs Python of its own for a dispatch
     mode (rule look-ups, the wrapper around `__torch_dispatch__`): work a real run, with no mode, never does. Counted
     on a loop of one-element in-place adds under a mode with the interceptor's entry, against the same loop with no
-    mode, for n and 2n iterations (the difference cancels entering the mode). The counts are exact integers, the
-    same on every machine; the meter charges them back per dispatch (`CpuMeter.dispatch_bias`).
+    mode, for n and 2n iterations (the difference cancels entering the mode), after one untimed loop (torch's first
+    use fills caches, which is not per op). The counts are exact integers, the same on every machine; the meter
+    charges them back per dispatch (`CpuMeter.dispatch_bias`).
     """
     from torch.utils._python_dispatch import _disable_current_modes
 
-    def counted(loops: int, moded: bool) -> tuple[int, int]:
+    def counted(loops: int, moded: bool) -> tuple[int, int, int]:
         x = torch.zeros(1)
         METER.reset()
         if moded:
@@ -637,21 +639,23 @@ def calibrate_dispatch_counts(n: int = 64) -> tuple[int, int]:
         METER.enter()
         try:
             METER.claim()
-            return METER.last_counts
+            c = METER.last_counts                    # Python calls, built-in calls, dispatches, lines
+            return c[0], c[1], c[3]
         finally:
             METER.exit()
             METER.take()
 
     with _disable_current_modes():
         saved = METER.dispatch_bias
-        METER.dispatch_bias = (0, 0)
+        METER.dispatch_bias = (0, 0, 0)
         try:
+            counted(n, True)
             m1, m2 = counted(n, True), counted(2 * n, True)
             p1, p2 = counted(n, False), counted(2 * n, False)
         finally:
             METER.dispatch_bias = saved
-    per = [((m2[i] - m1[i]) - (p2[i] - p1[i])) / n for i in (0, 1)]
-    return (max(round(per[0]), 0), max(round(per[1]), 0))
+    per = [((m2[i] - m1[i]) - (p2[i] - p1[i])) / n for i in range(3)]
+    return tuple(max(round(v), 0) for v in per)
 
 
 _NO_FAKE_IMPL = ("no fake impl", "no fake kernel", "no meta kernel", "no meta impl", "not implemented for 'meta'",
