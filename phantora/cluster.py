@@ -170,11 +170,12 @@ class NcclSpec:
     channels: int = 0                      # NCCL channels used for its bandwidth caps; 0 = derived from the topology
     # A collective's kernels and the compute kernels beside them on one GPU slow each other (engine/core.py,
     # docs/network-model.md "Collectives and kernels sharing a GPU"): the factors by which each runs longer while
-    # they overlap, measured on 2 x H200 (presets/profiles/overlap/h200-sxm-141gb.json, means over five kernels and
-    # three collectives). 1 turns the effect off.
-    sharing_compute: float = 1.09          # a compute-bound kernel (GEMM, attention) beside a collective
-    sharing_memory: float = 1.15           # an HBM-bound kernel beside a collective
-    sharing_collective: float = 1.78       # a collective beside compute kernels
+    # they overlap, fitted on in-situ timelines of real two-GPU FSDP steps on 2 x H200 against the same steps on
+    # one GPU (groundtruth/insitu/sharing_fit.py over h200x2-nccl/ and h200x2-fsdp/; the collectives' factor from
+    # the same timelines' NCCL kernels). 1 turns the effect off.
+    sharing_compute: float = 1.18          # a compute-bound kernel (GEMM, attention) beside a collective
+    sharing_memory: float = 1.11           # an HBM-bound kernel beside a collective
+    sharing_collective: float = 1.10       # a collective beside compute kernels
 
     def validate(self) -> None:
         for key in ("sharing_compute", "sharing_memory", "sharing_collective"):

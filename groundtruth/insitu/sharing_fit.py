@@ -1,0 +1,80 @@
+"""How much slower a kernel runs while NCCL's kernels share its GPU, fitted on in-situ timelines of real steps.
+
+    python groundtruth/insitu/sharing_fit.py ONE_GPU/timeline.json TWO_GPU/timeline.json [...more pairs]
+
+Each pair is the same per-GPU step on one GPU and with FSDP over two (`llama.py --kernel-profile`, the same host).
+Each kernel launch of the two-GPU run is matched to the one-GPU median of its name's nearest duration cluster
+(compare_kernels.py); `f` is the share of the launch's time that overlaps a NCCL kernel of its rank. Per class
+(GEMMs and attention; other, HBM-bound kernels) it fits, weighted by the one-GPU time, ratio = a (1 + (s - 1) f):
+`a` is the two-GPU run's slowdown where no collective runs beside the kernel, `s` the factor while one does (the
+engine's `[nccl] sharing_compute` and `sharing_memory`, docs/network-model.md). Prints one line per pair and class
+and the fit over all pairs.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from compare_kernels import _union, clusters, compute_bound, load  # noqa: E402
+
+
+def samples(base_path: str, other_path: str) -> dict[bool, list[tuple[float, float, float]]]:
+    """(f, two-GPU duration, one-GPU duration) per matched launch, by class (True: GEMMs and attention)."""
+    base = {n: clusters(d) for n, d in load(base_path).items()}
+    data = json.loads(Path(other_path).read_text())
+    names = data["names"]
+    nccl = _union(sorted((s, s + d) for n, _st, s, d in data["kernels"] if "nccl" in names[n].lower()))
+    starts = [s for s, _ in nccl]
+
+    def overlap(s: float, e: float) -> float:
+        i, t = max(bisect.bisect_right(starts, s) - 1, 0), 0.0
+        while i < len(nccl) and nccl[i][0] < e:
+            t += max(0.0, min(e, nccl[i][1]) - max(s, nccl[i][0]))
+            i += 1
+        return t
+
+    out: dict[bool, list] = {True: [], False: []}
+    for n, _stream, s, d in data["kernels"]:
+        name = names[n]
+        if "nccl" in name.lower() or d <= 0 or not base.get(name):
+            continue
+        ref = min(base[name], key=lambda c: abs(c[0] - d))[0]
+        if abs(d / ref - 1) > 0.5:                  # another shape of the same kernel
+            continue
+        out[compute_bound(name)].append((overlap(s, s + d) / d, d, ref))
+    return out
+
+
+def fit(rows: list[tuple[float, float, float]]) -> tuple[float, float, float]:
+    """(a, s, time-weighted mean f) of ratio = a + a (s - 1) f, weighted by the one-GPU time."""
+    f = np.array([r[0] for r in rows])
+    y = np.array([r[1] / r[2] for r in rows])
+    w = np.sqrt(np.array([r[2] for r in rows]))
+    a, b = np.linalg.lstsq(np.vstack([np.ones_like(f), f]).T * w[:, None], y * w, rcond=None)[0]
+    return a, 1 + b / a, float((f * w * w).sum() / (w * w).sum())
+
+
+def main(paths: list[str]) -> None:
+    if len(paths) < 2 or len(paths) % 2:
+        sys.exit(__doc__)
+    pooled: dict[bool, list] = {True: [], False: []}
+    for base, other in zip(paths[::2], paths[1::2]):
+        got = samples(base, other)
+        for cls, label in ((True, "GEMMs and attention"), (False, "other kernels")):
+            a, s, mf = fit(got[cls])
+            pooled[cls] += got[cls]
+            print(f"{Path(other).parent.name:28s} {label:20s} alone x{a:.3f}  beside NCCL x{s:.3f}  "
+                  f"(mean overlap {mf:.2f}, {len(got[cls])} launches)")
+    for cls, label in ((True, "GEMMs and attention"), (False, "other kernels")):
+        a, s, _ = fit(pooled[cls])
+        print(f"{'all pairs':28s} {label:20s} alone x{a:.3f}  beside NCCL x{s:.3f}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
