@@ -4,7 +4,10 @@ One TOML file per model in presets/models/. `load_model("llama3-8b")` returns a 
 model's parameters and the training FLOPs per token that TorchTitan's MFU uses (see `ModelSpec.flops_per_token`).
 
 Every model here is a pre-norm decoder: token embedding, `n_layers` blocks of (RMSNorm, grouped-query attention with
-RoPE, RMSNorm, SwiGLU MLP or a mixture of SwiGLU experts), a final RMSNorm and an output projection to the vocabulary.
+RoPE, RMSNorm, SwiGLU MLP or a mixture of SwiGLU experts), a final RMSNorm and an output projection to the vocabulary;
+except the `moe-stack` family (`MOE_STACK`): `n_layers` blocks of `x + MoE(RMSNorm(x))` and nothing else, no
+embedding, attention, final norm or output (the MoE trainer presets/workloads/moe.py; its tokens do not interact, so
+its presets have `max_seq_len = 1`, and `n_heads`, `n_kv_heads`, `vocab_size` and `rope_theta` are 0).
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ from .errors import PhantoraError, PresetError
 from .paths import presets_dir
 from .tomlconf import build, check_number, read_toml
 
-FAMILIES = ("llama2", "llama3", "mixtral", "qwen3-moe", "gpt-oss")
+FAMILIES = ("llama2", "llama3", "mixtral", "qwen3-moe", "gpt-oss", "moe-stack")
+MOE_STACK = "moe-stack"      # blocks of x + MoE(RMSNorm(x)) only: no embedding, attention, final norm or output
 
 # Bytes per element of the dtypes a parameter can be stored in.
 DTYPE_BYTES = {
@@ -73,20 +77,23 @@ class ModelSpec:
     def validate(self) -> None:
         if self.family not in FAMILIES:
             raise PresetError(f"'{self.family}' is not one of {', '.join(FAMILIES)}", key="family")
-        for key in ("dim", "n_layers", "n_heads", "n_kv_heads", "vocab_size", "ffn_dim", "max_seq_len"):
+        if self.is_moe_stack:
+            self._validate_moe_stack()
+        for key in ("dim", "n_layers", "ffn_dim", "max_seq_len",
+                    *(() if self.is_moe_stack else ("n_heads", "n_kv_heads", "vocab_size"))):
             if getattr(self, key) <= 0:
                 raise PresetError("must be positive", key=key)
-        for key in ("rope_theta", "norm_eps"):
+        for key in ("norm_eps", *(() if self.is_moe_stack else ("rope_theta",))):
             check_number(getattr(self, key), key, positive=True)
         check_number(self.ffn_dim_multiplier, "ffn_dim_multiplier", nonnegative=True)
         for key in ("num_experts", "experts_per_token", "moe_ffn_dim", "shared_experts", "head_dim",
                     "sliding_window", "ffn_multiple_of", "ffn_dim_multiplier"):
             if getattr(self, key) < 0:
                 raise PresetError("must not be negative", key=key)
-        if self.n_heads % self.n_kv_heads:
+        if self.n_kv_heads and self.n_heads % self.n_kv_heads:
             raise PresetError(f"n_heads ({self.n_heads}) must be a multiple of n_kv_heads ({self.n_kv_heads})",
                               key="n_kv_heads")
-        if self.head_dim == 0 and self.dim % self.n_heads:
+        if self.n_heads and self.head_dim == 0 and self.dim % self.n_heads:
             raise PresetError(f"dim ({self.dim}) is not divisible by n_heads ({self.n_heads}); give head_dim",
                               key="head_dim")
         if self.num_experts:
@@ -115,14 +122,38 @@ class ModelSpec:
         if "shape" not in self.sources:
             raise PresetError("the model's shape needs a source", key="sources.shape")
 
+    def _validate_moe_stack(self) -> None:
+        """A `moe-stack` preset: MoE layers only, so no attention, vocabulary or context, and no decoder options."""
+        for key in ("n_heads", "n_kv_heads", "vocab_size", "head_dim", "sliding_window", "shared_experts"):
+            if getattr(self, key):
+                raise PresetError(f"a {MOE_STACK} model has no attention, vocabulary or shared experts: give 0",
+                                  key=key)
+        if self.rope_theta:
+            raise PresetError(f"a {MOE_STACK} model has no attention (no RoPE): give 0", key="rope_theta")
+        for key in ("tie_embeddings", "qk_norm", "attn_bias", "attn_sinks"):
+            if getattr(self, key):
+                raise PresetError(f"a {MOE_STACK} model has no embedding or attention", key=key)
+        if self.max_seq_len != 1:
+            raise PresetError(f"a {MOE_STACK} model's tokens do not interact: a sequence is one token (give 1)",
+                              key="max_seq_len")
+        if not self.num_experts:
+            raise PresetError(f"a {MOE_STACK} model is made of MoE layers: give its experts", key="num_experts")
+
     # ------------------------------------------------------------------------------------------------- shapes
     @property
     def is_moe(self) -> bool:
         return self.num_experts > 0
 
     @property
+    def is_moe_stack(self) -> bool:
+        """Blocks of x + MoE(RMSNorm(x)) only (the MoE trainer's model), no embedding, attention or output."""
+        return self.family == MOE_STACK
+
+    @property
     def head_size(self) -> int:
-        """Per-head size: `head_dim`, or dim // n_heads where the preset leaves it 0."""
+        """Per-head size: `head_dim`, or dim // n_heads where the preset leaves it 0 (0 without attention)."""
+        if not self.n_heads:
+            return 0
         return self.head_dim or self.dim // self.n_heads
 
     # --------------------------------------------------------------------------------------- parameter counts
@@ -135,7 +166,9 @@ class ModelSpec:
         return 0 if self.tie_embeddings else self.vocab_size * self.dim
 
     def attention_params_per_layer(self) -> int:
-        """q, k, v and output projections of one layer, with their biases, q/k norms and sinks."""
+        """q, k, v and output projections of one layer, with their biases, q/k norms and sinks (0 without attention)."""
+        if not self.n_heads:
+            return 0
         hd, q, kv = self.head_size, self.n_heads * self.head_size, self.n_kv_heads * self.head_size
         n = self.dim * q + 2 * self.dim * kv + q * self.dim
         if self.attn_bias:
@@ -166,12 +199,21 @@ class ModelSpec:
         return (self.router_params_per_layer() + routed * self.expert_params()
                 + self.shared_experts * 3 * self.dim * self.moe_ffn_dim)
 
+    def norm_params_per_layer(self) -> int:
+        """The RMSNorm weights of one layer: before attention and before the MLP (one, before the MoE, in a
+        moe-stack)."""
+        return self.dim if self.is_moe_stack else 2 * self.dim
+
+    def final_norm_params(self) -> int:
+        return 0 if self.is_moe_stack else self.dim
+
     def params_per_layer(self, *, active: bool = False) -> int:
-        return self.attention_params_per_layer() + self.mlp_params_per_layer(active=active) + 2 * self.dim
+        return (self.attention_params_per_layer() + self.mlp_params_per_layer(active=active)
+                + self.norm_params_per_layer())
 
     def num_params(self) -> int:
         """Every parameter of the model (a tied embedding counted once)."""
-        return (self.embedding_params() + self.output_params() + self.dim
+        return (self.embedding_params() + self.output_params() + self.final_norm_params()
                 + self.n_layers * self.params_per_layer())
 
     def num_active_params(self) -> int:
@@ -180,7 +222,7 @@ class ModelSpec:
         Both embedding tables are included (the convention behind Mixtral's "12.9B active" and Qwen3-30B-A3B's
         "3.3B activated"; gpt-oss's model card leaves the input embedding out: subtract `embedding_params()`).
         """
-        return (self.embedding_params() + self.output_params() + self.dim
+        return (self.embedding_params() + self.output_params() + self.final_norm_params()
                 + self.n_layers * self.params_per_layer(active=True))
 
     def param_bytes(self, dtype: str = "bf16") -> int:
