@@ -74,9 +74,9 @@ def test_torchtitan_command_follows_the_record():
                 assert "--sdpa" not in opts
         recipe_2024 = release is not None and _release_tuple(release) < (2, 8)
         # per-layer checkpointing exists only in the 2024 recipe (TorchTitan 0.3.0 checkpoints per op)
-        expressible = fw.recipe(wl.model).supported and not wl.float8 \
+        expressible = fw.recipe(wl.model).supported \
             and (wl.activation_checkpointing in ("none", "full", "selective-op")
-                 or (wl.activation_checkpointing == "selective-layer" and recipe_2024))
+                 or (wl.activation_checkpointing == "selective-layer" and recipe_2024 and not wl.float8))
         if not expressible:
             assert not case.runnable and case.unsupported
             continue
@@ -85,11 +85,17 @@ def test_torchtitan_command_follows_the_record():
         assert args[:3] == ["python", "-m", "torchtitan.train"]
         # runs before torch 2.8 are TorchTitan's 2024 runs: its 2024 recipe (causal SDPA, whole-logit loss) on
         # 0.3.0's trainer
-        module = "phantora.frameworks.torchtitan.recipe_2024" if recipe_2024 else fw.recipe(wl.model).module
+        # the published Float8 runs' tensorwise Float8 (FSDP Float8 all-gathers) is a config of its own on 0.3.0's
+        # Llama (TorchTitan 0.3.0's own converter is rowwise)
+        module = "phantora.frameworks.torchtitan.recipe_2024" if recipe_2024 else \
+            "phantora.frameworks.torchtitan.float8_tensorwise" if wl.float8 else fw.recipe(wl.model).module
         assert flag(args, "--module") == module
+        if wl.float8 and not recipe_2024:
+            assert flag(args, "--config") == wl.model.replace("-", "_")
         layer_ac = wl.activation_checkpointing == "selective-layer"
         if recipe_2024:
-            assert flag(args, "--config") == wl.model.replace("-", "_") + ("_ac_layer" if layer_ac else "")
+            assert flag(args, "--config") == wl.model.replace("-", "_") + ("_ac_layer" if layer_ac else "") \
+                + ("_float8" if wl.float8 else "")
         assert flag(args, "--training.local-batch-size") == str(wl.micro_batch)
         assert flag(args, "--training.seq-len") == str(wl.seq_len)
         assert flag(args, "--parallelism.data-parallel-shard-degree") == str(wl.parallelism.dp_shard)
@@ -122,8 +128,15 @@ def test_live_command_wraps_the_training_command():
 
 
 def test_unsupported_case_fails_without_running(tmp_path):
-    case = next(c for c in torchtitan_cases() if not c.runnable)
-    with pytest.raises(CaseFailed, match="TorchTitan|not simulated|equivalent"):
+    import dataclasses
+
+    # a record TorchTitan's command cannot express: expert parallelism for a dense model
+    record = next(c for c in torchtitan_cases() if c.id == "h100-8-llama3-8b-b2-fsdp").record
+    wl = record.workload
+    wl = dataclasses.replace(wl, parallelism=dataclasses.replace(wl.parallelism, ep=2))
+    case = case_from_record(dataclasses.replace(record, workload=wl))
+    assert not case.runnable
+    with pytest.raises(CaseFailed, match="expert parallelism"):
         LiveRunner(["false"])(case, tmp_path)
     assert list(tmp_path.iterdir()) == []
 

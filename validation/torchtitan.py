@@ -112,13 +112,23 @@ def _release_before(record: Record, release: tuple[int, int]) -> bool:
     return own is not None and parse_release(own) < release
 
 
-def recipe_2024_config(model: str) -> str | None:
+def recipe_2024_config(model: str, variant: str = "") -> str | None:
     """The phantora/frameworks/torchtitan/recipe_2024.py config of a model preset (TorchTitan's 2024 recipe: causal
-    SDPA over the whole sequence, loss over the whole logits), or None if it has none."""
+    SDPA over the whole sequence, loss over the whole logits), with a variant suffix ("_float8", "_ac_layer") if
+    given, or None if it has none."""
     from phantora.frameworks.torchtitan import recipe_2024
 
-    name = model.replace("-", "_")
+    name = model.replace("-", "_") + variant
     return name if callable(getattr(recipe_2024, name, None)) else None
+
+
+def float8_tensorwise_config(model: str) -> str | None:
+    """The phantora/frameworks/torchtitan/float8_tensorwise.py config of a model preset (TorchTitan 0.3.0's own
+    config with the published runs' tensorwise Float8), or None if it has none."""
+    from phantora.frameworks.torchtitan import float8_tensorwise
+
+    name = model.replace("-", "_")
+    return name if callable(getattr(float8_tensorwise, name, None)) else None
 
 
 class UnsupportedCase(PhantoraError):
@@ -136,15 +146,25 @@ def torchtitan_args(record: Record, *, steps: int = STEPS) -> list[str]:
     recipe = load_framework("torchtitan").recipe(wl.model)
     if not recipe.supported:
         raise UnsupportedCase(f"TorchTitan 0.3.0 has no config for model preset '{wl.model}': {recipe.notes}")
-    if wl.float8:
-        raise UnsupportedCase("TorchTitan's Float8 of 2024 (FSDP Float8 all-gathers) is not mapped onto TorchTitan "
-                              "0.3.0 (torchao's Float8 itself is simulated: docs/compile.md)")
     p = wl.parallelism
     if p.ep > 1:
         raise UnsupportedCase("expert parallelism is not mapped yet")
     # records measured before torch 2.8 ran the TorchTitan of 2024, whose recipe
     # phantora/frameworks/torchtitan/recipe_2024.py keeps
     config = recipe_2024_config(wl.model) if _release_before(record, (2, 8)) else None
+    module = "phantora.frameworks.torchtitan.recipe_2024" if config else None
+    if wl.float8:
+        # the published Float8 runs: tensorwise scaling, FSDP Float8 all-gathers, precomputed scales
+        # (phantora/frameworks/torchtitan/float8_tensorwise.py), on the 2024 recipe or on 0.3.0's own config
+        if wl.activation_checkpointing == "selective-layer":
+            raise UnsupportedCase("Float8 with per-layer selective checkpointing has no config")
+        if config is not None:
+            config = recipe_2024_config(wl.model, "_float8")
+        else:
+            config, module = float8_tensorwise_config(wl.model), "phantora.frameworks.torchtitan.float8_tensorwise"
+        if config is None:
+            raise UnsupportedCase(f"no tensorwise Float8 config for model preset '{wl.model}' (TorchTitan 0.3.0's "
+                                  f"own Float8 converter takes rowwise recipes)")
     if wl.activation_checkpointing == "selective-layer":
         # 2024's per-layer checkpointing: a config of the 2024 recipe sets it (TorchTitan 0.3.0 has no sub-command)
         from phantora.frameworks.torchtitan.recipe_2024 import LAYER_AC_EVERY
@@ -164,7 +184,7 @@ def torchtitan_args(record: Record, *, steps: int = STEPS) -> list[str]:
                            cp=p.cp, dp_replicate=p.dp_replicate, local_batch=wl.micro_batch, seq_len=wl.seq_len,
                            ac=ac, steps=steps, python="python",
                            extra=["--compile.enable"] if wl.compile else None,
-                           module="phantora.frameworks.torchtitan.recipe_2024" if config else None, config=config)
+                           module=module, config=config)
     return argv[argv.index("--module"):]      # without `python -m torchtitan.train`
 
 

@@ -7,6 +7,9 @@
   (`--module phantora.frameworks.torchtitan.gpt_oss`);
 - `recipe_2024.py`: configs with TorchTitan's 2024 recipe, for its published 2024 measurements
   (`--module phantora.frameworks.torchtitan.recipe_2024`);
+- `float8_tensorwise.py`: tensorwise Float8 with FSDP Float8 all-gathers and precomputed scales, as the published
+  Float8 measurements ran it (`--module phantora.frameworks.torchtitan.float8_tensorwise`; the 2024 recipe's
+  `<model>_float8` configs use it);
 - `assets.py`: a local tokenizer and dataset (`phantora assets torchtitan`), so TorchTitan needs no hub access.
 
 TorchTitan imports the config modules by their module path inside each simulated rank; this package and its

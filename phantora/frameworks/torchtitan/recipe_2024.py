@@ -22,7 +22,9 @@ put back the 2024 attention and loss:
   transformer block fully checkpointed (blocks 1, 3, 5, ...), the others not, each wrapped as 2024 wrapped it
   (`ptd_checkpoint_wrapper(block, preserve_rng_state=False)`: no RNG state kept, torch's default early stop of
   the recomputation, which 0.3.0's FullAC turns off); configs `<model>_ac_layer`, which set it themselves: run
-  them without an `activation-checkpoint:` sub-command, which would replace it.
+  them without an `activation-checkpoint:` sub-command, which would replace it;
+- Float8 as December 2024's TorchTitan trained it (tensorwise scaling, FSDP Float8 all-gathers, precomputed
+  scales: `float8_tensorwise.py`); configs `<model>_float8`.
 
 `python -m torchtitan.train --module phantora.frameworks.torchtitan.recipe_2024 --config llama3_8b ...`
 (TorchTitan imports this module by its path). Llama 2 shapes come from Phantora's model presets as in
@@ -80,14 +82,22 @@ def _rmsnorms_2024(spec) -> None:
         layer.ffn_norm = _rmsnorm_2024_config(layer.ffn_norm)
 
 
-def _with_2024_recipe(config):
+def with_sdpa_and_whole_loss(config):
+    """A 0.3.0 config with the attention, projections and loss TorchTitan trained with until mid-2025 (causal SDPA,
+    `use_flex_attn` off by default; separate wq, wk, wv; the cross-entropy over the whole logits); its norms stay
+    torch's `nn.RMSNorm`, which TorchTitan used from 2025 on."""
     from torchtitan.components.loss import CrossEntropyLoss
     from torchtitan.models.common.config_utils import decoder_vocab_size
 
     _sdpa_layers(config.model_spec)
     _separate_projections(config.model_spec)
-    _rmsnorms_2024(config.model_spec)
     config.loss = CrossEntropyLoss.Config(global_vocab_size=decoder_vocab_size(config.model_spec))
+    return config
+
+
+def _with_2024_recipe(config):
+    with_sdpa_and_whole_loss(config)
+    _rmsnorms_2024(config.model_spec)
     return config
 
 
@@ -190,3 +200,9 @@ def llama2_13b_ac_layer():
 
 def llama2_70b_ac_layer():
     return _with_layer_ac(llama2_70b())
+
+
+def llama3_8b_float8():
+    from .float8_tensorwise import with_float8_tensorwise
+
+    return with_float8_tensorwise(llama3_8b())
