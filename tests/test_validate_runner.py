@@ -141,6 +141,26 @@ def test_unsupported_case_fails_without_running(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("change, reason", [
+    ({"activation_checkpointing": "selective-layer"}, "per-layer selective checkpointing"),
+    ({"model": "llama2-13b"}, "no Float8 config|no tensorwise Float8 config"),
+])
+def test_float8_records_without_a_config_are_refused(change, reason):
+    """A Float8 record runs the published runs' tensorwise Float8, which has configs for Llama 3 8B only and none
+    with per-layer checkpointing: anything else is refused with the reason, not run."""
+    import dataclasses
+
+    from phantora_validation.torchtitan import UnsupportedCase, torchtitan_command
+
+    for case in torchtitan_cases():
+        if not case.record.workload.float8:
+            continue
+        record = dataclasses.replace(case.record, workload=dataclasses.replace(case.record.workload, **change))
+        with pytest.raises(UnsupportedCase, match=reason):
+            torchtitan_command(record)
+        assert torchtitan_command(case.record)          # the record itself maps
+
+
 def test_parse_summary_derives_missing_figures():
     case = next(c for c in torchtitan_cases() if c.id == "h100-8-llama3-8b-b2-fsdp")
     s = {"iteration_s": 3.0, "tokens_per_s_per_gpu": None, "mfu": 0.35, "oom": False,

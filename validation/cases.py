@@ -17,7 +17,7 @@ from phantora.groundtruth.store import list_suites, load_suite
 
 from .deepspeed import deepspeed_command
 from .megatron import megatron_command
-from .moe import moe_command, moe_run_options
+from .moe import FRAMEWORK as MOE_FRAMEWORK, moe_command, moe_run_options
 from .reference import reference_command
 from .torchtitan import UnsupportedCase, torchtitan_command, torchtitan_environment, torchtitan_run_options
 
@@ -27,13 +27,13 @@ WORKLOAD_COMMANDS: dict[str, Callable[[Record], list[str]]] = {
     "phantora-llama": reference_command,
     "megatron-core": megatron_command,
     "deepspeed": deepspeed_command,
-    "phantora-moe": moe_command,
+    MOE_FRAMEWORK: moe_command,
 }
 # framework -> function giving the `phantora run` options of the record's software (torch release, SDPA order) or of
 # its workload (the MoE trainer's expert routing)
 RUN_OPTIONS: dict[str, Callable[[Record], list[str]]] = {
     "torchtitan": torchtitan_run_options,
-    "phantora-moe": moe_run_options,
+    MOE_FRAMEWORK: moe_run_options,
 }
 # framework -> the environment its launcher gives the training processes (e.g. the caching allocator's settings)
 ENVIRONMENTS: dict[str, Callable[[Record], dict[str, str]]] = {

@@ -114,8 +114,8 @@ def _release_before(record: Record, release: tuple[int, int]) -> bool:
 
 def recipe_2024_config(model: str, variant: str = "") -> str | None:
     """The phantora/frameworks/torchtitan/recipe_2024.py config of a model preset (TorchTitan's 2024 recipe: causal
-    SDPA over the whole sequence, loss over the whole logits), with a variant suffix ("_float8", "_ac_layer") if
-    given, or None if it has none."""
+    SDPA over the whole sequence, loss over the whole logits), with a variant suffix (e.g. "_float8") if given, or
+    None if it has none."""
     from phantora.frameworks.torchtitan import recipe_2024
 
     name = model.replace("-", "_") + variant

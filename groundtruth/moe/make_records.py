@@ -88,7 +88,14 @@ def record_of(log: Path) -> Record:
 
 
 def main(folder: str) -> None:
-    for log in sorted(Path(folder).resolve().glob("moe-*.log")):
+    where = Path(folder).resolve()
+    if not where.is_relative_to(ROOT):
+        raise SystemExit(f"{folder}: copy measure.sh's output under groundtruth/moe/ first (the records cite their "
+                         f"raw logs by their path in the repository)")
+    logs = sorted(where.glob("moe-*.log"))
+    if not logs:
+        raise SystemExit(f"{folder}: no moe-*.log (the trainer's output that measure.sh writes)")
+    for log in logs:
         rec = record_of(log)
         rec.validate()
         report = check_record(rec)
@@ -99,4 +106,6 @@ def main(folder: str) -> None:
 
 
 if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit(__doc__)
     main(sys.argv[1])

@@ -222,6 +222,9 @@ def load_gpt_oss_args(path: Path, data: dict, layers: int | None) -> GptOssArgs:
         raise UsageError(f"{path}: every gpt-oss layer is an MoE layer: moe_ffn_dim must equal ffn_dim")
     if data.get("shared_experts") or data.get("qk_norm"):
         raise UsageError(f"{path}: shared experts and q/k norms are not part of gpt-oss's blocks")
+    if data["experts_per_token"] > data["num_experts"]:
+        raise UsageError(f"{path}: experts_per_token ({data['experts_per_token']}) exceeds num_experts "
+                         f"({data['num_experts']})")
     if data.get("moe_bias") and data["experts_per_token"] < 3:
         raise UsageError(f"{path}: the biased router is built on DeepSpeed's top-k gate (3 experts per token or more)")
     window = data.get("sliding_window", 0)

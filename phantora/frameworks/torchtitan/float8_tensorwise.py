@@ -103,8 +103,13 @@ def _rng_op_through_float8_weights() -> None:
     Today's DTensor runs a random op on a CUDA shard through the higher-order op `run_dtensor_rng_op`, which has no
     rule for torchao's `WeightWithDynamicFloat8CastTensor` (on a real GPU as here: "no rule registered for HOP
     run_dtensor_rng_op and subclass"); the DTensor of those releases called the op itself, which the wrapper
-    unwraps. The rule does what the wrapper's `__torch_dispatch__` does for any op: run it on the inner tensors."""
-    from torch._prims.rng_prims import run_dtensor_rng_op
+    unwraps. The rule runs the op on the inner tensors, as the wrapper's `__torch_dispatch__` does for an op that
+    keeps no wrapper on its result (the random fill happens in place on the inner tensor). A torch without the
+    higher-order op needs no rule."""
+    try:
+        from torch._prims.rng_prims import run_dtensor_rng_op
+    except ImportError:
+        return
     from torch.utils import _pytree as pytree
     from torchao.float8.fsdp_utils import WeightWithDynamicFloat8CastTensor
 
