@@ -152,15 +152,20 @@ class LlamaLM(nn.Module):
         self.checkpoint = checkpoint
 
     def forward(self, tokens, labels):
-        m = self.model
-        h = m.tok_embeddings(tokens)
-        cos, sin = m.rope_cos[:tokens.shape[1]], m.rope_sin[:tokens.shape[1]]
-        for layer in m.layers.values():
-            h = self.checkpoint(layer, h, cos, sin) if self.checkpoint else layer(h, cos, sin)
-        logits = m.output(m.norm(h))
-        loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten())
-        aux = [b.feed_forward.aux for b in m.layers.values() if isinstance(b.feed_forward, MoEFeedForward)]
-        return loss + 0.01 * sum(aux) if aux else loss
+        return decoder_loss(self.model, tokens, labels, self.checkpoint)
+
+
+def decoder_loss(m: nn.Module, tokens, labels, checkpoint):
+    """The loss of a decoder `m` (tok_embeddings, layers, norm, output, rope_cos/rope_sin tables): its blocks
+    (each through `checkpoint` if given), the cross-entropy over the whole logits, plus the MoE gates' auxiliary
+    losses at weight 0.01."""
+    h = m.tok_embeddings(tokens)
+    cos, sin = m.rope_cos[:tokens.shape[1]], m.rope_sin[:tokens.shape[1]]
+    for layer in m.layers.values():
+        h = checkpoint(layer, h, cos, sin) if checkpoint else layer(h, cos, sin)
+    loss = F.cross_entropy(m.output(m.norm(h)).flatten(0, 1).float(), labels.flatten())
+    aux = [b.feed_forward.aux for b in m.layers.values() if isinstance(b.feed_forward, MoEFeedForward)]
+    return loss + 0.01 * sum(aux) if aux else loss
 
 
 # ------------------------------------------------------------------------------------------------------ gpt-oss
@@ -396,13 +401,7 @@ class GptOssLM(nn.Module):
         self.checkpoint = checkpoint
 
     def forward(self, tokens, labels):
-        h = self.tok_embeddings(tokens)
-        cos, sin = self.rope_cos[:tokens.shape[1]], self.rope_sin[:tokens.shape[1]]
-        for layer in self.layers.values():
-            h = self.checkpoint(layer, h, cos, sin) if self.checkpoint else layer(h, cos, sin)
-        logits = self.output(self.norm(h))
-        loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten())
-        return loss + 0.01 * sum(b.feed_forward.aux for b in self.layers.values())
+        return decoder_loss(self, tokens, labels, self.checkpoint)
 
 
 def gpt_oss_params(model: GptOssLM, a: GptOssArgs, moe: MoEArgs) -> tuple[int, int]:
