@@ -171,3 +171,38 @@ def test_qwen3_moe_with_expert_parallelism_routes_every_token(stub_cache, tmp_pa
             rows[rank] = fwd[0][0][0]
     assert rows[0] + rows[1] == picks[0] + picks[1]
     assert rows[0] > rows[1] > 0
+
+
+def test_float8_weights_are_all_gathered_one_byte_per_element(stub_cache, tmp_path):
+    """TorchTitan's tensorwise Float8 with FSDP Float8 all-gathers (phantora/frameworks/torchtitan/
+    float8_tensorwise.py) on the debug model, FSDP over two rank processes: each block's all-gather moves its
+    linears' weights in float8 (1 byte per element) and its two norms' in bf16, half of each on a rank, counted here
+    from the model preset's shapes (bf16 all-gathers would move twice the linears' bytes); the trainer's own loop
+    reports its steps."""
+    from collections import Counter
+
+    from phantora.trace.reader import TraceReader
+
+    pytest.importorskip("torchao")
+    spec = load_model("llama3-debug")
+    hd = spec.dim // spec.n_heads
+    linears = spec.dim * (spec.n_heads * hd + 2 * spec.n_kv_heads * hd) + spec.n_heads * hd * spec.dim \
+        + 3 * spec.dim * spec.ffn_dim
+    block_bytes = (linears * 1 + 2 * spec.dim * 2) // 2
+    assets = write_torchtitan_assets(tmp_path / "assets", model="llama3-debug", documents=8, words_per_document=1024)
+    argv = torchtitan_argv("llama3-debug", assets_dir=assets.root, steps=3, seq_len=1024, local_batch=2,
+                           python="python", module="phantora.frameworks.torchtitan.float8_tensorwise",
+                           config="llama3_debugmodel")
+    trace = tmp_path / "float8.h5"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PHANTORA_")}
+    env.update(XDG_CACHE_HOME=str(stub_cache), HF_DATASETS_CACHE=str(tmp_path / "hf-cache"), HF_HUB_OFFLINE="1")
+    proc = subprocess.run([sys.executable, "-m", "phantora.cli", "run", "--nodes", "1", "--gpus-per-node", "2",
+                           "--trace", str(trace), "--", *argv],
+                          env=env, capture_output=True, text=True, timeout=600, cwd=str(tmp_path))
+    out = ANSI.sub("", proc.stdout + proc.stderr)
+    assert proc.returncode == 0, out[-4000:]
+    steps = [int(m.group(1)) for m in re.finditer(r"\[rank0\]: .*?step:\s*(\d+)\s+loss", out)]
+    assert steps == [1, 2, 3], out[-3000:]
+    with TraceReader(str(trace)) as r:
+        gathers = Counter(int(c["nbytes"]) for c in r.collectives if r.names[int(c["name"])] == "all_gather")
+    assert gathers.most_common(1)[0][0] == block_bytes, gathers

@@ -130,3 +130,12 @@ def llama3_8b():
     from .recipe_2024 import with_sdpa_and_whole_loss
 
     return with_float8_tensorwise(with_sdpa_and_whole_loss(config_registry.llama3_8b()))
+
+
+def llama3_debugmodel():
+    """TorchTitan's Llama 3 debug model (dim 256, 6 layers) the same way: a quick look at this Float8 anywhere."""
+    from torchtitan.models.llama3 import config_registry
+
+    from .recipe_2024 import with_sdpa_and_whole_loss
+
+    return with_float8_tensorwise(with_sdpa_and_whole_loss(config_registry.llama3_debugmodel()))
