@@ -15,6 +15,7 @@ import click
 from . import __version__
 from .clitools import user_errors
 from .errors import PhantoraError
+from .live.summary import host_bound_text
 from .routing import describe as describe_routing, skewed
 
 
@@ -255,9 +256,12 @@ def _fmt_result(r) -> str:
     basis = r.summary.get("time_basis")
     per = {"per iteration": " per iteration", "whole trace": " over the whole trace (no iterations)"}.get(basis, "")
     for k, label in (("compute_s", "compute"), ("communication_s", "communication"),
-                     ("exposed_communication_s", "exposed communication")):
+                     ("exposed_communication_s", "exposed communication"), ("gpu_idle_s", "GPU idle")):
         if k in r.summary:
             lines.append(f"  {label}{per}: {r.summary[k] * 1e3:.3f} ms (mean of the simulated ranks)")
+    note = host_bound_text(r.summary.get("host_bound_share"))
+    if note:
+        lines.append(f"  host-bound: {note}")
     if r.peak_reserved_bytes:
         gib = 2**30
         failed = " (failed allocations not counted)" if r.ooms else ""

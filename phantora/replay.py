@@ -301,8 +301,11 @@ def _flat_summary(s: dict) -> dict:
     bases = {r.get("time_basis") for r in ranks if r.get("time_basis")}
     if bases:
         out["time_basis"] = bases.pop() if len(bases) == 1 else "mixed"
+    shares = [r["idle_share"] for r in ranks if isinstance(r.get("idle_share"), (int, float))]
+    if shares:
+        out["host_bound_share"] = max(shares)
     for key, name in (("compute", "compute_s"), ("communication", "communication_s"),
-                      ("exposed_communication", "exposed_communication_s")):
+                      ("exposed_communication", "exposed_communication_s"), ("gpu_idle", "gpu_idle_s")):
         vals = [r[key] for r in ranks if isinstance(r.get(key), (int, float))]
         if vals:
             out[name] = sum(vals) / len(vals)

@@ -22,6 +22,7 @@ import pytest
 from phantora.cluster import HostSpec, load_cluster
 from phantora.errors import PresetError
 from phantora.hostcpu import HostCosts
+from phantora.live.summary import HOST_BOUND_SHARE
 from phantora.probes.hostcpu import configurations, nnls
 from phantora.replay import replay
 from phantora.trace.reader import TraceReader
@@ -181,6 +182,15 @@ def test_replay_prices_the_counted_work_for_another_host(tmp_path):
     # the last step costs more, by at most the extra host time of its ops (its GPU work is unchanged)
     grown = slower.iterations_s[-1] - same.iterations_s[-1]
     assert 0 < grown <= max(extras) * (1 + 1e-9)
+
+    # A tiny model's TP step is host-bound on a real GPU host (its kernels finish before the host issues the next:
+    # groundtruth/hostcpu/), and the reports say so; priced as a host with no framework overhead it is not.
+    assert "host-bound" in proc.stdout + proc.stderr
+    assert same.summary["host_bound_share"] >= HOST_BOUND_SHARE
+    free = replay(trace, overrides=("host.py_call_ns=0", "host.c_call_ns=0", "host.dispatch_us=0",
+                                    "host.py_line_ns=0", "host.launch_overhead_us=0"),
+                  out=str(tmp_path / "free.h5"))
+    assert free.summary["host_bound_share"] < same.summary["host_bound_share"]
 
 
 def test_replay_of_a_trace_counted_before_lines_were(tmp_path):

@@ -73,6 +73,14 @@ def test_exposed_communication_of_a_hand_built_timeline(tmp_path):
     assert s["overlapped_communication"] == pytest.approx(8)
     assert s["copy"] == pytest.approx(10)
     assert s["stream_busy"] == pytest.approx({0: 18, 1: 16, 2: 10, 3: 10})
+    # The GPU runs something all through [0, 41): kernels [0,25), collectives [5,14) [24,30) [40,41), the copy
+    # [30,40): no idle time; moving the copy to [33,38) opens two gaps.
+    assert s["gpu_idle"] == pytest.approx(0)
+    rows[-1]["start"], rows[-1]["end"] = 33, 38
+    (tmp_path / "moved").mkdir()
+    with TraceReader(write(tmp_path / "moved", {0: rows})) as r:
+        s = summarize(r)["ranks"][0]
+    assert s["gpu_idle"] == pytest.approx(3 + 2)          # [30,33) and [38,40)
 
 
 def test_summary_against_brute_force_on_random_timelines(tmp_path):
@@ -107,7 +115,10 @@ def test_summary_against_brute_force_on_random_timelines(tmp_path):
                 spans[("stream", int(row["stream"]))].append((row["start"], row["end"]))
         compute = covered_cells(spans[OpKind.KERNEL])
         comm = covered_cells(spans[OpKind.COLLECTIVE] + spans[OpKind.SEND] + spans[OpKind.RECV])
+        gpu = compute | comm | covered_cells(spans[OpKind.MEMCPY])
         totals = entry["totals"]
+        first, last = int(rows["issue"].min()), int(max(rows["end"].max(), rows["issue"].max()))
+        assert totals["gpu_idle"] == len(set(range(first, last)) - gpu)
         assert totals["compute"] == len(compute)
         assert totals["communication"] == len(comm)
         assert totals["exposed_communication"] == len(comm - compute)
@@ -119,6 +130,9 @@ def test_summary_against_brute_force_on_random_timelines(tmp_path):
             assert entry["compute"] == pytest.approx(len(compute & window) / n)
             assert entry["communication"] == pytest.approx(len(comm & window) / n)
             assert entry["exposed_communication"] == pytest.approx(len((comm - compute) & window) / n)
+            assert entry["gpu_idle"] == pytest.approx(len(window - gpu) / n)
+            shares = [len(set(range(a, b)) - gpu) / (b - a) for a, b in zip(ends, ends[1:]) if b > a]
+            assert entry["idle_share"] == pytest.approx(float(np.median(shares)))
         else:
             assert entry["time_basis"] == "whole trace" and entry["compute"] == len(compute)
         for stream, busy in entry["stream_busy"].items():

@@ -10,7 +10,9 @@ between consecutive ends, so the first (set-up) span never counts. Figures:
 - `peak_memory_bytes`: per simulated rank, the caching allocator's peak reserved and allocated bytes;
 - compute / communication / exposed communication seconds per iteration (each rank's time between its first and
   last iteration mark over its number of iterations), averaged over simulated ranks: the figures `phantora
-  inspect` and `phantora replay` print (phantora/trace/summary.py, `per_iteration`);
+  inspect` and `phantora replay` print (phantora/trace/summary.py, `per_iteration`); and the time the GPU runs
+  nothing, waiting for the host: at HOST_BOUND_SHARE of the iteration or more the report says the step is
+  host-bound, whose real time varies between hosts of one type (docs/host-cpu.md, "Host-bound steps");
 - the cost of the simulation itself: wall seconds per iteration (between the moments the engine received the
   iteration marks of the slowest rank) and the peak RSS of the rank processes and of the engine.
 """
@@ -27,6 +29,17 @@ from ..engine.ops import OpKind
 from .. import throughput
 from ..throughput import iteration_times
 from ..routing import describe as describe_routing, skewed
+
+HOST_BOUND_SHARE = 0.2
+"""The share of an iteration the GPU runs nothing, from which the report calls the step host-bound."""
+
+
+def host_bound_text(share: float | None) -> str:
+    """What the reports say of a step whose GPU idles `share` of an iteration ("" below HOST_BOUND_SHARE)."""
+    if share is None or share < HOST_BOUND_SHARE:
+        return ""
+    return (f"the GPU runs nothing {share * 100:.0f}% of an iteration, waiting for the host: measured steps of "
+            f"such configurations differ by up to 40% between hosts of one type (docs/host-cpu.md)")
 
 
 @dataclass
@@ -46,6 +59,8 @@ class RunSummary:
     compute_s: float | None = None                    # per iteration
     communication_s: float | None = None
     exposed_communication_s: float | None = None
+    gpu_idle_s: float | None = None                   # per iteration: no kernel, copy or communication running
+    host_bound_share: float | None = None             # median share of an iteration the GPU idles, largest over ranks
     oom: bool = False
     oom_messages: list[str] = field(default_factory=list)
     ops: int = 0
@@ -110,7 +125,11 @@ class RunSummary:
         if self.compute_s is not None:
             lines.append(f"  per iteration    compute {self.compute_s * 1e3:.2f} ms, communication "
                          f"{(self.communication_s or 0) * 1e3:.2f} ms, exposed communication "
-                         f"{(self.exposed_communication_s or 0) * 1e3:.2f} ms")
+                         f"{(self.exposed_communication_s or 0) * 1e3:.2f} ms"
+                         + (f", GPU idle {self.gpu_idle_s * 1e3:.2f} ms" if self.gpu_idle_s is not None else ""))
+            note = host_bound_text(self.host_bound_share)
+            if note:
+                lines.append(f"  host-bound       {note}")
         if self.peak_memory_bytes:
             gib = 2 ** 30
             peak = max(self.peak_memory_bytes.values())
@@ -214,14 +233,14 @@ def summarize_run(engine, trace_path: str | None, *, tokens_per_iteration: float
 def _from_trace(s: RunSummary, path: str) -> None:
     from ..errors import PhantoraError
     from ..trace.reader import TraceReader
-    from ..trace.summary import per_iteration
+    from ..trace.summary import idle_shares, per_iteration
 
     try:
         reader = TraceReader(path)
     except PhantoraError:
         return
     with reader:
-        flops, comp, comm, exp = [], [], [], []
+        flops, comp, comm, exp, idle, shares = [], [], [], [], [], []
         n_ops = 0
         for r in reader.ranks:
             ops = reader.ops(r)
@@ -235,7 +254,11 @@ def _from_trace(s: RunSummary, path: str) -> None:
             kern = window[window["kind"] == int(OpKind.KERNEL)]
             flops.append(float(np.sum(kern["flops"])) / n)
             part = per_iteration(ops, marks)      # the meaning `phantora inspect` and replay give these figures
-            for key, out in (("compute", comp), ("communication", comm), ("exposed_communication", exp)):
+            mine = idle_shares(ops, marks)
+            if mine:
+                shares.append(statistics.median(mine))
+            for key, out in (("compute", comp), ("communication", comm), ("exposed_communication", exp),
+                             ("gpu_idle", idle)):
                 if part is not None:              # None: marks that do not advance
                     out.append(part[key])
         s.ops = n_ops
@@ -245,3 +268,6 @@ def _from_trace(s: RunSummary, path: str) -> None:
             s.compute_s = sum(comp) / len(comp)
             s.communication_s = sum(comm) / len(comm) if comm else None
             s.exposed_communication_s = sum(exp) / len(exp) if exp else None
+            s.gpu_idle_s = sum(idle) / len(idle) if idle else None
+        if shares:
+            s.host_bound_share = max(shares)

@@ -3,7 +3,8 @@ communication, iteration times, peak memory and the kernels that take the most t
 
 Busy times are measures of unions of [start, end) intervals, so overlapping ops count once. Exposed communication
 is the time a rank communicates (collectives, sends, receives) while none of its streams runs a kernel:
-|communication ∪ compute| - |compute|.
+|communication ∪ compute| - |compute|. GPU idle is the time none of its streams runs anything (kernel, copy,
+collective, send or receive): the GPU waits for the host, a host-bound stretch of the step.
 
 Compute, copy, communication, exposed and overlapped communication are given per iteration wherever a rank has two
 or more iteration marks: the time between its first and last mark (intervals clipped to that window, so set-up
@@ -64,17 +65,21 @@ def kernel_time_by_source(ops: np.ndarray) -> dict[int, float]:
 
 PER_ITERATION = "per iteration"
 WHOLE_TRACE = "whole trace"
-TIME_KEYS = ("compute", "copy", "communication", "exposed_communication", "overlapped_communication")
+TIME_KEYS = ("compute", "copy", "communication", "exposed_communication", "overlapped_communication", "gpu_idle")
 """The busy-time figures that are per iteration where iterations exist (see the module docstring)."""
 
 
 def busy_times(ops: np.ndarray, window: tuple[float, float] | None = None) -> dict[str, float]:
-    """Compute, copy, communication, exposed and overlapped communication seconds of one rank's op rows, over
-    `window` (intervals clipped to it) or the whole rows."""
+    """Compute, copy, communication, exposed and overlapped communication seconds of one rank's op rows, and the
+    seconds its GPU runs nothing, over `window` (intervals clipped to it) or the whole rows (from the first op's
+    issue to the last op's end)."""
     kind = ops["kind"]
     start, end = ops["start"].astype(np.float64), ops["end"].astype(np.float64)
     if window is not None:
         start, end = np.clip(start, *window), np.clip(end, *window)
+        span = window[1] - window[0]
+    else:
+        span = float(max(end.max(), ops["issue"].max()) - ops["issue"].min()) if len(ops) else 0.0
     comp = kind == int(OpKind.KERNEL)
     comm = np.isin(kind, [int(k) for k in S.COMM_KINDS])
     copy = kind == int(OpKind.MEMCPY)
@@ -82,8 +87,30 @@ def busy_times(ops: np.ndarray, window: tuple[float, float] | None = None) -> di
     communication = union_length(start[comm], end[comm])
     both = comp | comm
     exposed = max(0.0, union_length(start[both], end[both]) - compute)
+    gpu = both | copy
     return {"compute": compute, "copy": union_length(start[copy], end[copy]), "communication": communication,
-            "exposed_communication": exposed, "overlapped_communication": communication - exposed}
+            "exposed_communication": exposed, "overlapped_communication": communication - exposed,
+            "gpu_idle": max(0.0, span - union_length(start[gpu], end[gpu]))}
+
+
+def idle_shares(ops: np.ndarray, iterations) -> list[float]:
+    """For each iteration between consecutive marks (of positive length), the share of it during which the rank's
+    GPU runs nothing (no kernel, copy, collective, send or receive)."""
+    marks = np.asarray(iterations, np.float64)
+    if len(marks) < 2:
+        return []
+    gpu = np.isin(ops["kind"], [int(k) for k in S.GPU_KINDS])
+    us, ue = interval_union(ops["start"][gpu], ops["end"][gpu])
+    covered = np.concatenate([[0.0], np.cumsum(ue - us)])
+
+    def busy_until(t: np.ndarray) -> np.ndarray:      # GPU time covered before each t
+        i = np.searchsorted(us, t, side="right")        # intervals starting at or before t
+        part = np.where(i > 0, np.minimum(ue[i - 1], t) - us[i - 1], 0.0) if len(us) else np.zeros(len(t))
+        return covered[np.maximum(i - 1, 0)] * (i > 0) + np.maximum(part, 0.0)
+
+    busy = np.diff(busy_until(marks))
+    length = np.diff(marks)
+    return [float(1.0 - b / n) for b, n in zip(busy, length) if n > 0]
 
 
 def per_iteration(ops: np.ndarray, iterations) -> dict[str, float] | None:
@@ -117,6 +144,7 @@ def summarize_ops(ops: np.ndarray, names: list[str], iterations: np.ndarray | No
     steps = np.diff(iterations)
     totals = busy_times(ops)
     per_iter = per_iteration(ops, iterations)
+    shares = idle_shares(ops, iterations)
 
     mem = np.cumsum(ops["mem_delta"], dtype=np.int64)
     t0 = float(ops["issue"].min()) if len(ops) else 0.0
@@ -129,6 +157,7 @@ def summarize_ops(ops: np.ndarray, names: list[str], iterations: np.ndarray | No
         "stream_busy": streams,
         **(per_iter if per_iter is not None else totals),
         "time_basis": PER_ITERATION if per_iter is not None else WHOLE_TRACE,
+        "idle_share": float(np.median(shares)) if shares else None,
         "totals": totals,
         "flops": float(ops["flops"][comp].sum()),
         "iterations": iterations.tolist(),
@@ -227,15 +256,16 @@ def format_summary(summary: dict[str, Any]) -> str:
 
     bases = {r.get("time_basis", WHOLE_TRACE) for r in summary["ranks"]}
     if bases == {PER_ITERATION}:
-        lines.append("compute, comm, exposed comm: per iteration (between each rank's first and last iteration "
-                     "mark); streams busy: whole trace")
+        lines.append("compute, comm, exposed comm, GPU idle: per iteration (between each rank's first and last "
+                     "iteration mark); streams busy: whole trace")
     elif bases == {WHOLE_TRACE}:
-        lines.append("compute, comm, exposed comm, streams busy: over the whole trace (fewer than two iteration "
-                     "marks)")
+        lines.append("compute, comm, exposed comm, GPU idle, streams busy: over the whole trace (fewer than two "
+                     "iteration marks)")
     elif bases:
-        lines.append("compute, comm, exposed comm: per iteration; ranks marked * over their whole trace (fewer "
-                     "than two iteration marks); streams busy: whole trace")
-    header = ["rank", "ops", "iters", "iter time", "compute", "comm", "exposed comm", "peak mem", "streams busy"]
+        lines.append("compute, comm, exposed comm, GPU idle: per iteration; ranks marked * over their whole trace "
+                     "(fewer than two iteration marks); streams busy: whole trace")
+    header = ["rank", "ops", "iters", "iter time", "compute", "comm", "exposed comm", "GPU idle", "peak mem",
+              "streams busy"]
     rows = []
     for r in summary["ranks"]:
         busy = ", ".join(f"{s}:{_time(t)}" for s, t in sorted(r["stream_busy"].items()))
@@ -243,7 +273,7 @@ def format_summary(summary: dict[str, Any]) -> str:
         rows.append([f"{r['rank']}{star}", str(r["n_ops"]), str(len(r["iteration_times"])),
                      _time(r["mean_iteration"]) if r["mean_iteration"] is not None else "-",
                      _time(r["compute"]), _time(r["communication"]), _time(r["exposed_communication"]),
-                     _bytes(r["peak_memory"]), busy or "-"])
+                     _time(r.get("gpu_idle", 0.0)), _bytes(r["peak_memory"]), busy or "-"])
     lines.extend(_table(header, rows))
 
     if summary["top_kernels"]:
