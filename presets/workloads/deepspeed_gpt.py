@@ -75,7 +75,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--json-out", default=None, help="also write the SUMMARY json to this file (rank 0)")
     p.add_argument("--kernel-profile", default=None, metavar="DIR",
                    help="on a real GPU: record steps 3-4 with torch.profiler and write the in-situ kernel times to DIR "
-                        "(rank 0; as presets/workloads/llama.py)")
+                        "(rank 0; as presets/workloads/llama.py), and every other rank's to DIR/rank<N>")
     add_deepspeed_options(p)
     args = p.parse_args(argv)
     for name in ("micro_batch", "seq", "steps", "pp"):
@@ -562,7 +562,7 @@ def train(args, a: ModelArgs, rank: int, local_rank: int, world: int) -> None:
     times, losses = [], []
     recorder = None
     for step in range(1, args.steps + 1):
-        if args.kernel_profile and log and step == KERNEL_PROFILE_STEPS[0]:
+        if args.kernel_profile and step == KERNEL_PROFILE_STEPS[0]:
             recorder = start_kernel_profile()
         torch.cuda.synchronize()
         t0 = time.perf_counter()
@@ -578,7 +578,8 @@ def train(args, a: ModelArgs, rank: int, local_rank: int, world: int) -> None:
         dt = time.perf_counter() - t0
         times.append(dt)
         if recorder is not None and step == KERNEL_PROFILE_STEPS[-1]:
-            write_kernel_profile(recorder, Path(args.kernel_profile), times[-len(KERNEL_PROFILE_STEPS):], PROG)
+            out = Path(args.kernel_profile) if rank == 0 else Path(args.kernel_profile) / f"rank{rank}"
+            write_kernel_profile(recorder, out, times[-len(KERNEL_PROFILE_STEPS):], PROG)
             recorder = None
         loss_value = loss.item()
         losses.append(loss_value)
