@@ -136,3 +136,20 @@ def test_a_compiled_tp_run_is_bit_identical_beside_busy_processes(tmp_path):
             ta, tb = a.iterations(r), b.iterations(r)
             assert len(ta) >= 2 and ta[0] >= COMPILE_FIRST_S       # the first step compiled
             assert np.array_equal(ta, tb)                           # bit-identical, not merely close
+
+
+def test_a_graph_compiled_for_dynamic_shapes_is_costed_at_each_call_s_sizes(stub_cache, tmp_path):
+    """Dynamo compiles a function again at a second size, with dynamic shapes, and that graph serves a third: each
+    call's fused kernel moves its own input and output once (2 bytes an element each way), as the static graph's
+    does at its size; a compilation after the first iteration costs the later-compilation time, the reuse none."""
+    from phantora_stubs.compiled import COMPILE_LATER_S
+    oplog = tmp_path / "ops.jsonl"
+    out = run_script("compiled_dynamic.py", stub_cache, oplog=oplog)
+    sections = _sections(oplog)
+    for i, n in enumerate(out["sizes"]):
+        fused = [op for op in sections[2 + 2 * i] if op["name"].startswith("triton_poi_fused")]
+        assert len(fused) == 1, sections[2 + 2 * i]
+        assert fused[0]["nbytes"] == 2 * n * 2
+    first, recompiled, reused = out["call_s"]
+    assert recompiled >= COMPILE_LATER_S           # after an iteration: charged
+    assert reused < 0.01                           # the dynamic graph serves the third size

@@ -18,7 +18,9 @@ and the generated kernel is issued after the last of them; the region's outputs 
 
 The compilation is not the framework's host work as counted elsewhere (its Python is Dynamo's and Inductor's, and a
 real compilation also generates and compiles Triton code in worker processes): a process's first compilation charges
-`COMPILE_FIRST_S` of host time, measured on GPU hosts, and none of its counted work.
+`COMPILE_FIRST_S` of host time, measured on GPU hosts, and none of its counted work; so does every other compilation
+before the first iteration ends (they are part of the first step the measurement timed). A compilation after that (a
+recompilation when a guard fails, a frame first reached later) charges `COMPILE_LATER_S`.
 """
 
 from __future__ import annotations
@@ -42,6 +44,12 @@ on 1 x H100 and 2 x H200 hosts (16 and 32 cores; torch 2.11, Triton 3.6), of the
 step (8.75 to 14.16 s; groundtruth/local/compile-h100x1, compile-h200x2). It did not grow with the number of graphs
 (2 or 4) or the model (1B to 8B): most of it is Inductor's and Triton's fixed start-up and the parallel compilation
 of about twenty kernels."""
+
+COMPILE_LATER_S = 8.28
+"""Host seconds of a compilation after the first iteration: the median of 4 recompilations (a new sequence length,
+compiled again with dynamic shapes) of the reference workload's compiled blocks, 1B and 3B, on an H100 host (16
+cores; torch 2.11, Triton 3.6; empty compile caches): 7.62 to 8.95 s (groundtruth/local/compile-times-h100x1,
+compile_times.py)."""
 
 
 class _Silent(threading.local):
@@ -72,6 +80,7 @@ class _Stats:
     generated = 0        # generated kernels in those graphs
     extern = 0           # extern kernels (GEMMs, attention, fallbacks, collectives) in them
     charged = False      # the first compilation's host time has been charged
+    later = 0            # compilations after the first iteration, each charged COMPILE_LATER_S
     cudagraphs = False   # a mode that asked for CUDA graphs was simulated without them
     eager_flex = 0       # torch.compile(flex_attention | create_block_mask) calls simulated as the eager op
 
@@ -83,26 +92,39 @@ _CTX: Any = None
 # ---- what Inductor decided ----------------------------------------------------------------------------------------
 
 class _Kernel:
+    """A generated kernel. Its sizes are ints, or sympy expressions of the graph's size symbols where Inductor
+    compiled the graph for dynamic shapes: those are evaluated at each call, at the sizes it runs with."""
     __slots__ = ("kind", "name", "numel", "rnumel", "nbytes", "flops", "last", "device")
 
-    def __init__(self, kind: str, name: str, numel: int, rnumel: int, nbytes: int, flops: int, last: int,
+    def __init__(self, kind: str, name: str, numel: Any, rnumel: Any, nbytes: Any, flops: Any, last: int,
                  device: int):
         self.kind, self.name, self.numel, self.rnumel = kind, name, numel, rnumel
         self.nbytes, self.flops, self.last, self.device = nbytes, flops, last, device
 
+    def symbolic(self) -> bool:
+        return not all(isinstance(x, int) for x in (self.numel, self.rnumel, self.nbytes, self.flops))
 
-def _int(x: Any) -> int:
+    def at(self, sizes: dict) -> "_Kernel":
+        """This kernel at the symbols' values `sizes`."""
+        def value(x: Any) -> int:
+            return x if isinstance(x, int) else int(x.xreplace(sizes))
+        return _Kernel(self.kind, self.name, value(self.numel), value(self.rnumel), value(self.nbytes),
+                       value(self.flops), self.last, self.device)
+
+
+def _int(x: Any) -> Any:
+    """An int, or (a size of a graph compiled for dynamic shapes) the sympy expression of the size symbols."""
     try:
         return int(x)
-    except (TypeError, ValueError):         # a symbolic size: its hint (dynamic shapes)
-        from torch._inductor.virtualized import V
-        return int(V.graph.sizevars.size_hint(x, fallback=1))
+    except (TypeError, ValueError):
+        import sympy
+        return sympy.sympify(x)
 
 
-def _product(xs: Any) -> int:
+def _product(xs: Any) -> Any:
     n = 1
     for x in xs:
-        n *= _int(x)
+        n = n * _int(x)
     return n
 
 
@@ -110,7 +132,29 @@ def _origins(ir_node: Any) -> Any:
     return ir_node.get_origins() if ir_node is not None and hasattr(ir_node, "get_origins") else ()
 
 
-def _group_sizes(snode: Any) -> tuple[int, int]:
+def _sympy_max(x: Any, floor: int) -> Any:
+    import sympy
+    return sympy.Max(x, floor)
+
+
+def _size_symbols(gm: torch.fx.GraphModule) -> list[tuple[int, Any, int | None]]:
+    """Where each size symbol of a graph compiled for dynamic shapes is found among its inputs: (input index,
+    symbol, None) for a SymInt input, (input index, symbol, dim) for a tensor input's dimension."""
+    import sympy
+    found: dict[Any, tuple[int, Any, int | None]] = {}
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for i, node in enumerate(placeholders):
+        val = node.meta.get("val")
+        if isinstance(val, torch.SymInt) and isinstance(val.node.expr, sympy.Symbol):
+            found.setdefault(val.node.expr, (i, val.node.expr, None))
+        elif isinstance(val, torch.Tensor):
+            for d, size in enumerate(val.shape):
+                if isinstance(size, torch.SymInt) and isinstance(size.node.expr, sympy.Symbol):
+                    found.setdefault(size.node.expr, (i, size.node.expr, d))
+    return list(found.values())
+
+
+def _group_sizes(snode: Any) -> tuple[Any, Any]:
     """(elements, reduced elements per output) of a scheduler node's iteration group."""
     group = snode.group[1] if isinstance(snode.group, tuple) and len(snode.group) == 2 else ()
     sizes = []
@@ -126,6 +170,7 @@ def _plan(graph: Any) -> tuple[list[_Kernel], set[int], set[int]]:
     kernels run, and the FX nodes whose values Inductor materializes in memory."""
     from torch._inductor import scheduler as sch
     from torch._inductor.utils import get_fused_kernel_name
+    from torch._inductor.virtualized import V
 
     graph._update_scheduler()           # Inductor's own scheduler: fusion decided as for code generation
     index = {node: i for i, node in enumerate(graph.module.graph.nodes)}
@@ -159,9 +204,18 @@ def _plan(graph: Any) -> tuple[list[_Kernel], set[int], set[int]]:
         reduction = any(isinstance(n, sch.SchedulerNode) and n.is_reduction() for n in snode.get_nodes())
         numel, rnumel = _group_sizes(snode)
         ops = sum(1 for n in snode.get_nodes() for o in _origins(n.node) if getattr(o, "op", "") == "call_function")
+        per_output = rnumel if isinstance(rnumel, int) else _sympy_max(rnumel, 1)
+        nbytes = int(snode.get_read_write_buffers_sizes())
+        if not (isinstance(numel, int) and isinstance(rnumel, int)):
+            # Inductor counts a kernel's bytes at the sizes it compiled for (the symbols' hints); at another size
+            # they scale with the kernel's iteration space (its activations; a weight it reads is small beside them)
+            space = numel * per_output
+            at_hint = int(V.graph.sizevars.optimization_hint(space, fallback=1)) or 1
+            nbytes = nbytes * space / at_hint
         kernels.append(_Kernel("reduction" if reduction else "pointwise",
                                get_fused_kernel_name(snode.get_nodes(), "original_aten"), numel, rnumel,
-                               _int(snode.get_read_write_buffers_sizes()), ops * numel * max(rnumel, 1),
+                               nbytes, ops * numel * max(per_output, 1)
+                               if isinstance(per_output, int) else ops * numel * per_output,
                                max(origins), device.index or 0))
     return kernels, extern, materialized
 
@@ -176,16 +230,46 @@ class _SimulatedModule:
     def __init__(self, gm: torch.fx.GraphModule, kernels: list[_Kernel], extern: set[int], materialized: set[int]):
         self.gm = gm
         self.nodes = list(gm.graph.nodes)
-        self.after: dict[int, list[_Kernel]] = {}
-        for k in kernels:
-            self.after.setdefault(k.last, []).append(k)
+        self.kernels = kernels
+        self.symbolic = any(k.symbolic() for k in kernels)
+        self.symbols = _size_symbols(gm) if self.symbolic else []
+        self.by_sizes: dict[tuple, dict[int, list[_Kernel]]] = {}
+        self.after = self._place(kernels)
         self.materialized = materialized
         self.silent = {i for i, n in enumerate(self.nodes) if n.op == "call_function" and i not in extern}
+
+    @staticmethod
+    def _place(kernels: list[_Kernel]) -> dict[int, list[_Kernel]]:
+        after: dict[int, list[_Kernel]] = {}
+        for k in kernels:
+            after.setdefault(k.last, []).append(k)
+        return after
+
+    def _kernels_for(self, args: list) -> dict[int, list[_Kernel]]:
+        """The kernels, their sizes at this call's values of the size symbols (dynamic shapes)."""
+        values = []
+        for i, _sym, dim in self.symbols:
+            a = args[i]
+            values.append(int(a) if dim is None else int(a.shape[dim]))
+        key = tuple(values)
+        placed = self.by_sizes.get(key)
+        if placed is None:
+            sizes = {sym: v for (_i, sym, _d), v in zip(self.symbols, values)}
+            try:
+                placed = self._place([k.at(sizes) if k.symbolic() else k for k in self.kernels])
+            except TypeError as e:          # a symbol not among the inputs: the sizes cannot be known here
+                raise RuntimeError(f"phantora: a kernel of a graph compiled for dynamic shapes has a size that "
+                                   f"depends on a symbol not given by the graph's inputs ({e}); this is not "
+                                   f"simulated") from None
+            self.by_sizes[key] = placed
+        return placed
 
     def call(self, args: list) -> Any:
         METER.enter(1)           # the wrapper's own Python is not the framework's; its launches are charged
         try:
             icpt = _CTX.interceptor
+            if self.symbolic:
+                self.after = self._kernels_for(args)
             out = _Runner(self, icpt).run(*args, enable_io_processing=False)
             # what the region returns is in memory, whichever op made it
             icpt.mem.track([t for t in torch.utils._pytree.tree_leaves(out) if isinstance(t, torch.Tensor)])
@@ -240,8 +324,16 @@ def _wrap_compile(original):
             if not STATS.charged:
                 STATS.charged = True
                 host_work(COMPILE_FIRST_S)
+            elif _iterations_done():
+                STATS.later += 1
+                host_work(COMPILE_LATER_S)
     _compile.__wrapped__ = original                        # type: ignore[attr-defined]
     return _compile
+
+
+def _iterations_done() -> int:
+    from .fake import ITERATIONS
+    return ITERATIONS[0]
 
 
 def _shadowed(fn):
@@ -316,6 +408,10 @@ def report() -> str | None:
     line = (f"phantora: torch.compile: {STATS.frames} frame(s) compiled ({STATS.recompiles} recompilation(s)), "
             f"{n_breaks} graph break(s), {STATS.graphs} Inductor graph(s) with {STATS.generated} generated and "
             f"{STATS.extern} extern kernel(s)")
+    if STATS.charged:
+        line += f"; host time charged: {COMPILE_FIRST_S:g} s for the first step's compilation"
+        if STATS.later:
+            line += f", {COMPILE_LATER_S:g} s for each of {STATS.later} later compilation(s)"
     if STATS.eager_flex:
         line += f"; {STATS.eager_flex} compiled flex-attention function(s) simulated as the eager op"
     if breaks:

@@ -370,7 +370,7 @@ def _install_iteration_marks(ctx) -> None:
     from phantora.engine.ops import Op, OpKind
     from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
-    steps = [0]
+    steps = ITERATIONS
     depth = [0]
 
     def enter(optimizer, args, kwargs) -> None:
@@ -393,6 +393,8 @@ def _install_iteration_marks(ctx) -> None:
 
 
 _ITERATION_STEP: list = []
+ITERATIONS = [0]
+"""Iteration marks this process has sent so far (outermost optimizer steps)."""
 
 
 def iteration_step(fn):
