@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 
 from . import __version__
-from .clitools import user_errors
+from .clitools import plot_target, user_errors
 from .errors import PhantoraError
 from .live.summary import host_bound_text
 from .routing import describe as describe_routing, skewed
@@ -228,9 +228,11 @@ def _oom_lines(r, indent: str = "  ") -> list[str]:
     for rank in ranks[:4]:
         o = first[rank]
         if "requested_bytes" in o and "capacity_bytes" in o:
+            outside = (f", {_gib(o['outside_bytes'])} held outside PyTorch's allocator (CUDA context, libraries, "
+                       f"NCCL)" if o.get("outside_bytes") else "")
             lines.append(f"{indent}  rank {rank} at op {o['op']}: asked for {_gib(o['requested_bytes'])} with "
-                         f"{_gib(o['allocated_bytes'])} allocated and {_gib(o['reserved_bytes'])} reserved, of "
-                         f"{_gib(o['capacity_bytes'])} device memory")
+                         f"{_gib(o['allocated_bytes'])} allocated and {_gib(o['reserved_bytes'])} reserved"
+                         f"{outside}, of {_gib(o['capacity_bytes'])} device memory")
         else:
             lines.append(f"{indent}  rank {rank} at op {o['op']}: {o['message']}")
     return lines
@@ -344,6 +346,19 @@ def sweep_cmd(trace, vary, cluster, nodes, gpus_per_node, gpu, profile, recost, 
         raise PhantoraError(f"--vary wants KEY=V1,V2,... (got {vary!r})")
     key, _, values = vary.partition("=")
     vals = [v for v in values.split(",") if v]
+    if not vals:
+        raise PhantoraError(f"--vary {vary!r} gives no value: KEY=V1,V2,...")
+    plot_target(plot)
+    from .replay import matching_cluster
+    from .trace.reader import TraceReader
+    with _read_errors(trace):                        # every value is checked before the first replay
+        with TraceReader(trace) as reader:
+            meta = reader.meta
+        for v in vals:
+            try:
+                matching_cluster(meta, cluster, nodes, gpus_per_node, gpu, tuple(overrides) + (f"{key}={v}",))
+            except PhantoraError as e:
+                raise PhantoraError(f"--vary {key}={v}: {e}") from None
     results = []
     for i, v in enumerate(vals):
         click.echo(f"[{i + 1}/{len(vals)}] {key}={v}", err=True)

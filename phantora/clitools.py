@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from pathlib import Path
 
 import click
 
@@ -18,3 +19,18 @@ def user_errors(fn):
         except PhantoraError as exc:
             raise click.ClickException(str(exc)) from None
     return wrapper
+
+
+PLOT_FORMATS = (".png", ".pdf", ".svg", ".jpg", ".jpeg")
+
+
+def plot_target(path: str | None) -> None:
+    """Refuse a --plot path that could not be written, before any work: its folder must exist, its suffix name an
+    image format."""
+    if not path:
+        return
+    target = Path(path)
+    if target.suffix.lower() not in PLOT_FORMATS:
+        raise PhantoraError(f"--plot {path}: the file name must end in one of {', '.join(PLOT_FORMATS)}")
+    if not target.parent.is_dir():
+        raise PhantoraError(f"--plot {path}: folder {target.parent} does not exist")

@@ -13,7 +13,12 @@ from pathlib import Path
 def project_root() -> Path:
     env = os.environ.get("PHANTORA_HOME")
     if env:
-        return Path(env).resolve()
+        root = Path(env).resolve()
+        if not (root / "presets").is_dir():
+            from .errors import PhantoraError
+            raise PhantoraError(f"PHANTORA_HOME={env} has no presets/ folder: it must name a whole Phantora tree "
+                                f"(presets/, groundtruth/, stubs/), or be unset")
+        return root
     return Path(__file__).resolve().parent.parent
 
 

@@ -114,6 +114,17 @@ def resolve_cluster(meta: dict, cluster: str | None, nodes: int | None, gpus_per
     return spec
 
 
+def matching_cluster(meta: dict, cluster: str | None, nodes: int | None, gpus_per_node: int | None,
+                     gpu: str | None, overrides: tuple[str, ...]) -> ClusterSpec:
+    """`resolve_cluster`, refused unless it has as many GPUs as the traced run had ranks."""
+    spec = resolve_cluster(meta, cluster, nodes, gpus_per_node, gpu, overrides)
+    world = int(meta.get("world_size", spec.world_size))
+    if spec.world_size != world:
+        raise PhantoraError(f"the trace has {world} ranks but cluster {spec.name} has {spec.world_size} GPUs "
+                            f"({spec.nodes} x {spec.gpus_per_node}); pick --nodes/--gpus-per-node to match")
+    return spec
+
+
 def replay(trace: str | Path, *, cluster: str | None = None, nodes: int | None = None, gpus_per_node: int | None = None,
            gpu: str | None = None, profile: str | None = None, overrides: tuple[str, ...] = (), out: str | None = None,
            algo: str | None = None, proto: str | None = None, progress=None, recost: bool = False,
@@ -131,11 +142,8 @@ def replay(trace: str | Path, *, cluster: str | None = None, nodes: int | None =
         if problem is not None and not allow_incomplete:
             raise TraceError(f"{problem}; a replay would time only what the run did before it stopped (pass "
                              f"--allow-incomplete to replay it anyway)")
-        spec = resolve_cluster(meta, cluster, nodes, gpus_per_node, gpu, overrides)
+        spec = matching_cluster(meta, cluster, nodes, gpus_per_node, gpu, overrides)
         world = int(meta.get("world_size", spec.world_size))
-        if spec.world_size != world:
-            raise PhantoraError(f"the trace has {world} ranks but cluster {spec.name} has {spec.world_size} GPUs "
-                                f"({spec.nodes} x {spec.gpus_per_node}); pick --nodes/--gpus-per-node to match")
         rank_map = meta.get("rank_map") or list(range(world))
         simulated = list(reader.ranks)
         recorded_gpu = meta.get("gpu")

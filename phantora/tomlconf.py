@@ -30,6 +30,12 @@ def read_toml(path: Path) -> dict[str, Any]:
         raise PresetError("file not found", file=str(path)) from None
     except tomllib.TOMLDecodeError as exc:
         raise PresetError(f"not valid TOML: {exc}", file=str(path)) from None
+    except UnicodeDecodeError:
+        raise PresetError("not a TOML file (not UTF-8 text)", file=str(path)) from None
+    except IsADirectoryError:
+        raise PresetError("a directory, not a TOML file", file=str(path)) from None
+    except OSError as exc:
+        raise PresetError(f"cannot read: {exc.strerror or exc}", file=str(path)) from None
 
 
 def check_number(value: Any, key: str, *, positive: bool = False, nonnegative: bool = False,

@@ -23,7 +23,7 @@ from click.testing import CliRunner
 
 from phantora.cli import main as phantora_main
 from phantora.cluster import apply_overrides, cluster_dir, load_cluster
-from phantora.errors import PresetError, SimulationError
+from phantora.errors import PhantoraError, PresetError, SimulationError
 from phantora.gpus import gpu_dir, load_gpu
 from phantora.groundtruth import store
 from phantora.groundtruth.commands import groundtruth
@@ -360,11 +360,15 @@ def test_submit_files_into_the_checkout_the_user_is_in(tmp_path, monkeypatch):
 def test_phantora_home_wins_over_the_checkout(tmp_path, monkeypatch):
     co = fake_checkout(tmp_path / "co")
     monkeypatch.chdir(co)
+    (tmp_path / "home" / "presets").mkdir(parents=True)      # PHANTORA_HOME names a whole tree
     monkeypatch.setenv("PHANTORA_HOME", str(tmp_path / "home"))
     root, why = store.submission_root()
     assert root == (tmp_path / "home" / "groundtruth").resolve() and why == "PHANTORA_HOME"
     monkeypatch.delenv("PHANTORA_HOME")
     assert store.submission_root()[0] == co.resolve() / "groundtruth"
+    monkeypatch.setenv("PHANTORA_HOME", str(tmp_path / "empty"))             # no presets/: refused, named
+    with pytest.raises(PhantoraError, match="PHANTORA_HOME"):
+        store.submission_root()
 
 
 # ------------------------------------------------------------------------------------------------ validation

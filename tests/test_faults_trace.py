@@ -423,3 +423,47 @@ def test_compute_per_iteration_does_not_grow_with_the_number_of_iterations(good,
         # the synthetic steps run the same kernels: the same compute per iteration, a larger whole-trace total
         assert b["compute"] == pytest.approx(a["compute"], rel=1e-6)
         assert b["totals"]["compute"] > 1.5 * a["totals"]["compute"]
+
+
+# ------------------------------------------------------------------------------------------------ bad input, named
+def test_a_cluster_file_that_is_not_toml_text_is_named(good, tmp_path):
+    binary = tmp_path / "bin.toml"
+    binary.write_bytes(good.read_bytes()[:300])           # a trace's first bytes: not UTF-8
+    folder = tmp_path / "d.toml"
+    folder.mkdir()
+    for path, why in ((binary, "not UTF-8"), (folder, "a directory")):
+        r = cli("replay", good, "--cluster", path)
+        assert r.exit_code == 1, r.output
+        assert str(path) in r.output and why in r.output and "Traceback" not in r.output
+        assert str(good) not in r.output                    # the cluster file is at fault, not the trace
+
+
+def test_sweep_checks_every_value_and_the_plot_before_replaying(good, tmp_path):
+    r = cli("sweep", good, "--vary", "gpus_per_node=2,4")
+    assert r.exit_code != 0 and "gpus_per_node=4" in r.output and "[1/2]" not in r.output
+    r = cli("sweep", good, "--vary", "nodes=")
+    assert r.exit_code != 0 and "no value" in r.output
+    for plot, why in ((tmp_path / "nodir" / "p.png", "does not exist"), (tmp_path / "p.txt", ".png")):
+        r = cli("sweep", good, "--vary", "vram_gib=40,80", "--plot", plot)
+        assert r.exit_code != 0 and why in r.output and "[1/2]" not in r.output
+
+
+def test_allocator_settings_misspelt_or_out_of_range_are_refused(good):
+    for conf, word in (("expandable_segment:True", "expandable_segments"),
+                       ("garbage_collection_threshold:2", "between 0 and 1"),
+                       ("max_split_size_mb:-1", "positive")):
+        r = cli("replay", good, "--alloc-conf", conf)
+        assert r.exit_code != 0 and word in r.output, (conf, r.output)
+    assert cli("replay", good, "--alloc-conf", "expandable_segments:True,max_split_size_mb:512").exit_code == 0
+
+
+def test_out_of_memory_report_counts_the_memory_outside_the_allocator(good):
+    r = cli("replay", good, "--set", "vram_gib=0.5")
+    assert r.exit_code == 3, r.output
+    assert "held outside PyTorch's allocator" in r.output
+
+
+def test_a_profile_of_another_gpu_is_refused_with_the_option_to_use(good):
+    r = cli("replay", good, "--gpu", "h200-sxm-141gb", "--profile",
+            Path(__file__).resolve().parent.parent / "presets" / "profiles" / "h100-sxm-80gb.h5")
+    assert r.exit_code != 0 and "--gpu h100-sxm-80gb" in r.output and "fallback_gpu_db" not in r.output

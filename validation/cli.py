@@ -18,6 +18,7 @@ from pathlib import Path
 
 import click
 
+from phantora.clitools import plot_target
 from phantora.errors import PhantoraError
 from phantora.groundtruth.store import list_suites
 
@@ -131,6 +132,18 @@ def main(suite, case_ids, jobs, cache, rerun, workdir, timeout_s, report, as_jso
         click.echo("Error: --workdir and --cache both say where case files are kept (--cache keeps them in "
                    "DIR/<suite>/<case id>/); give one", err=True)
         sys.exit(2)
+    if rerun and not cache:
+        click.echo("Error: --rerun refreshes a cache: give --cache DIR with it", err=True)
+        sys.exit(2)
+    problem = _unwritable(report, "--report")
+    if problem is None:
+        try:
+            plot_target(plot_path)
+        except PhantoraError as exc:
+            problem = str(exc)
+    if problem:                               # found before the suite runs, not after
+        click.echo(f"Error: {problem}", err=True)
+        sys.exit(2)
     made = not cache and workdir is None
     if made:                                  # live runs: keep their files where the results can name them
         workdir = tempfile.mkdtemp(prefix=f"phantora-validate-{suite}-")
@@ -144,6 +157,13 @@ def main(suite, case_ids, jobs, cache, rerun, workdir, timeout_s, report, as_jso
         click.echo(f"Error: {exc}", err=True)
         sys.exit(2)
     sys.exit(status)
+
+
+def _unwritable(path: str | None, option: str) -> str | None:
+    """Why `path` could not be written later (its folder is missing), or None."""
+    if path and not Path(path).parent.is_dir():
+        return f"{option} {path}: folder {Path(path).parent} does not exist"
+    return None
 
 
 if __name__ == "__main__":  # pragma: no cover

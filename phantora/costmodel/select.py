@@ -58,6 +58,10 @@ def default_cost_model(gpu: GPUSpec, profile: str | Path | None = None, **kwargs
         # signatures the GPU's own database lacks come from a measured GPU of its architecture, scaled across
         # (an H200's from the H100's and the other way round), before the roofline model
         db = ProfileDB.open(own)
+        if profile and db.gpu != gpu.name:
+            raise PhantoraError(f"profile database {profile} was measured on '{db.gpu}', and the run is costed on "
+                                f"'{gpu.name}': name that GPU as well (--gpu {db.gpu}), or leave --profile out to "
+                                f"cost '{gpu.name}' from its own measurements")
         peer = same_arch_peer(gpu)
         if peer is None:
             return CostModel(gpu, profile_db=db, **kwargs)

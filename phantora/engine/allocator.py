@@ -30,6 +30,8 @@ One model serves the ranks (memory queries, OOM at the user's line) and the engi
 
 from __future__ import annotations
 
+import difflib
+
 import bisect
 from dataclasses import dataclass
 from typing import Mapping
@@ -79,11 +81,24 @@ class AllocatorConfig:
             key, sep, value = item.partition(":")
             if not sep:
                 raise PhantoraError(f"allocator setting {item!r} is not 'key:value' (PYTORCH_CUDA_ALLOC_CONF)")
-            if key.strip() == "expandable_segments":
-                v = value.strip()
+            key, v = key.strip(), value.strip()
+            if key == "expandable_segments":
                 if v not in ("True", "False"):
                     raise PhantoraError(f"expandable_segments expects True or False, not {v!r}")
                 expandable = v == "True"
+            elif key == "garbage_collection_threshold":
+                if not _number(v) or not 0.0 < float(v) < 1.0:
+                    raise PhantoraError(f"garbage_collection_threshold must lie between 0 and 1, not {v!r} "
+                                        f"(PYTORCH_CUDA_ALLOC_CONF)")
+            elif key == "max_split_size_mb":
+                if not _number(v) or float(v) <= 0:
+                    raise PhantoraError(f"max_split_size_mb must be a positive number of MiB, not {v!r} "
+                                        f"(PYTORCH_CUDA_ALLOC_CONF)")
+            elif key not in ALLOC_CONF_KEYS:
+                near = difflib.get_close_matches(key, ALLOC_CONF_KEYS, n=1, cutoff=0.8)
+                if near:                     # a misspelt setting: PyTorch itself refuses a key it does not know
+                    raise PhantoraError(f"allocator setting {key!r} is not one PyTorch knows; did you mean "
+                                        f"{near[0]!r}? (PYTORCH_CUDA_ALLOC_CONF)")
         return cls(expandable)
 
     @classmethod
@@ -96,6 +111,23 @@ class AllocatorConfig:
 
     def to_text(self) -> str:
         return "expandable_segments:True" if self.expandable_segments else ""
+
+
+ALLOC_CONF_KEYS = ("backend", "max_split_size_mb", "max_non_split_rounding_mb", "garbage_collection_threshold",
+                   "roundup_power2_divisions", "expandable_segments", "release_lock_on_cudamalloc",
+                   "pinned_use_cuda_host_register", "pinned_use_host_register", "pinned_num_register_threads",
+                   "pinned_use_background_threads", "pinned_reserve_segment_size_mb",
+                   "graph_capture_record_stream_reuse", "per_process_memory_fraction")
+"""Settings of PyTorch's CUDA caching allocator (PYTORCH_CUDA_ALLOC_CONF); a key close to one of them is refused as
+a misspelling, others are ignored."""
+
+
+def _number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 class DeviceOutOfMemory(SimulationError):

@@ -75,6 +75,33 @@ class Op:
         self.host_disp = host_disp  # aten ops dispatched (kernels, views, metadata ops),
         self.host_line = host_line  # and Python lines run
 
+    def describe(self) -> str:
+        """The op in words, for failure reports: what it is, where, how much."""
+        k = OpKind(self.kind)
+        if k in (OpKind.KERNEL, OpKind.MEMCPY):
+            what = self.name or ("copy " + Memcpy(self.arg).name if k == OpKind.MEMCPY and self.arg >= 0 else k.name)
+            return f"{'kernel' if k == OpKind.KERNEL else 'copy'} {what} on stream {self.stream}"
+        if k == OpKind.COLLECTIVE:
+            return f"collective {self.name} of {self.nbytes:,} bytes on group {self.group}, stream {self.stream}"
+        if k in (OpKind.SEND, OpKind.RECV):
+            way = "send to" if k == OpKind.SEND else "receive from"
+            return f"{way} group rank {self.arg} of group {self.group}, {self.nbytes:,} bytes, stream {self.stream}"
+        if k in (OpKind.EVENT_RECORD, OpKind.STREAM_WAIT):
+            return f"{'record of' if k == OpKind.EVENT_RECORD else 'stream wait for'} event {self.arg} on stream " \
+                   f"{self.stream}"
+        if k == OpKind.SYNC_DEVICE:
+            return "host waits for every stream (torch.cuda.synchronize)"
+        if k == OpKind.SYNC_STREAM:
+            return f"host waits for stream {self.stream}"
+        if k == OpKind.SYNC_EVENT:
+            return f"host waits for event {self.arg}"
+        if k in (OpKind.ALLOC, OpKind.FREE):
+            return f"{'allocation of ' + format(self.nbytes, ',') + ' bytes' if k == OpKind.ALLOC else 'free'}, " \
+                   f"block {self.arg}"
+        if k == OpKind.ITER_MARK:
+            return f"end of iteration {self.arg} (optimizer step)"
+        return k.name.lower().replace("_", " ")
+
     def __repr__(self) -> str:
         fields = ", ".join(f"{k}={getattr(self, k)!r}" for k in self.__slots__ if getattr(self, k) not in ("", -1, 0, 0.0))
         return f"Op({OpKind(self.kind).name}, {fields})"

@@ -130,15 +130,15 @@ def _check_program_start(program: list[str]) -> None:
 
 @click.command("run", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("--cluster", default="h100-hgx", show_default=True, help="Cluster preset name or TOML file.")
-@click.option("--nodes", type=int, default=None, help="Number of nodes (default: the preset's).")
-@click.option("--gpus-per-node", type=int, default=None, help="GPUs per node (default: the preset's).")
+@click.option("--nodes", type=click.IntRange(min=1), default=None, help="Number of nodes (default: the preset's).")
+@click.option("--gpus-per-node", type=click.IntRange(min=1), default=None, help="GPUs per node (default: the preset's).")
 @click.option("--gpu", default=None, help="GPU preset replacing the cluster's.")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Override a cluster field, e.g. net.inter_node_gbps=100 (repeatable).")
 @click.option("--ranks", "ranks", default="all", show_default=True, metavar="all|auto|LIST",
               help="Ranks that get a process: all; auto (one per pipeline stage, the rest mirrored); or a list "
                    "like 0,8 / 0-3 (other ranks mirror the nearest listed rank below them).")
-@click.option("--pp-degree", type=int, default=None,
+@click.option("--pp-degree", type=click.IntRange(min=1), default=None,
               help="Pipeline stages for --ranks auto (default: read from the program's --pp / "
                    "--parallelism.pipeline_parallel_degree, else 1).")
 @click.option("--trace", default=None, type=click.Path(dir_okay=False),
@@ -148,10 +148,10 @@ def _check_program_start(program: list[str]) -> None:
               help="Let the trace replace an existing file (refused otherwise, before the run starts).")
 @click.option("--summary-json", default=None, type=click.Path(dir_okay=False),
               help="Also write the summary as JSON (written on failure too, with the error).")
-@click.option("--tokens-per-iteration", type=float, default=None,
+@click.option("--tokens-per-iteration", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Global tokens per iteration (global batch x sequence), for tokens/s/GPU and MFU.")
 @click.option("--model", default=None, help="Model preset, for MFU (TorchTitan's FLOPs per token).")
-@click.option("--seq", type=int, default=None, help="Sequence length, with --model, for the attention FLOPs.")
+@click.option("--seq", type=click.IntRange(min=1), default=None, help="Sequence length, with --model, for the attention FLOPs.")
 @click.option("--hang-timeout", type=float, default=300.0, show_default=True, callback=_positive_seconds,
               help="Seconds a rank may stay silent while others wait on it before the run is stopped (> 0).")
 @click.option("--algo", type=click.Choice(["ring", "tree"]), default=None, help="Force a collective algorithm.")
@@ -238,6 +238,10 @@ def run_cmd(cluster, nodes, gpus_per_node, gpu, overrides, ranks, pp_degree, tra
             if not seq:
                 raise PhantoraError("--model needs --seq (the sequence length) for the attention FLOPs")
             flops_per_token = float(load_model(model).flops_per_token(seq))
+        if summary_json and not Path(summary_json).resolve().parent.is_dir():
+            raise PhantoraError(f"--summary-json {summary_json}: folder {Path(summary_json).parent} does not exist")
+        if trace and no_trace:
+            raise PhantoraError("--trace and --no-trace contradict each other: give one")
         trace_path = None if no_trace else (trace or str(default_trace_name(list(program))))
         if trace_path is not None:
             from ..trace.writer import refuse_existing

@@ -260,8 +260,8 @@ class _Relay(threading.Thread):
             line = raw.decode("utf-8", "replace").rstrip("\n")
             self.tail.append(line)
             if not self.quiet:
-                with self.lock:
-                    self.sink.write(prefix + line + "\n")
+                with self.lock:          # a line torch already prefixed for this rank is not prefixed twice
+                    self.sink.write(("" if line.startswith(prefix.rstrip()) else prefix) + line + "\n")
                     self.sink.flush()
         self.pipe.close()
 

@@ -436,7 +436,7 @@ class EngineServer:
                 text += f"\n  rank {lr.rank} waits for the values of collective #{lr.exchange[1] + 1} on group " \
                         f"{lr.exchange[0]}"
             elif lr.finished:
-                text += f"\n  rank {lr.rank} has finished its program"
+                text += f"\n  rank {lr.rank} has left its program (at its end, or on an error)"
         return text
 
     def last_op(self, rank: int) -> str:
@@ -444,7 +444,7 @@ class EngineServer:
         if rs is None or rs.last_op is None:
             return "no op yet"
         idx, op = rs.last_op
-        return f"op #{idx} {op!r}"
+        return f"op #{idx}: {op.describe()}"
 
     # ------------------------------------------------------------------------------------------------ end
     def finish(self, error: str | None = None) -> None:
