@@ -159,6 +159,7 @@ def test_nvml_queries_fail_as_torch_does_without_nvidia_ml_py(surfaces):
 def test_pin_memory_result_is_pinned(surfaces):
     res, _, _ = surfaces
     assert answer(res, "is_pinned") is True
+    assert answer(res, "is_pinned_factory") is True          # torch.empty(..., pin_memory=True), as DDP's Reducer
 
 
 def test_distributed_queries(surfaces):

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import torch.distributed as dist
@@ -27,23 +28,68 @@ def patch_ddp_module(module) -> None:
     """torch.nn.parallel.distributed imported the helpers by name."""
     module._verify_param_shape_across_processes = verify_param_shapes
     module.dist = _DistProxy(module.dist)
-    # after the first iteration the Reducer re-orders its buckets by the order gradients arrived, agreeing on it
-    # with a broadcast read back in C++; the simulated ranks keep the construction order (same bucket sizes)
+    # After the first iteration the Reducer re-orders its buckets by the order gradients arrived, agreeing on it
+    # with a broadcast it reads back in C++ (from a tensor that holds no data here), and from then on reduces them
+    # in buckets of bucket_cap_mb (the first of 1 MiB) while the backward pass runs. Here the rebuild is skipped
+    # and the buckets are made at construction with those limits, in the reverse order of the parameters, the
+    # order their gradients are produced in (DistributedDataParallel's own approximation before its first
+    # iteration, where today's torch puts every parameter in one bucket until the rebuild).
     try:
         dist.Reducer._rebuild_buckets = lambda self: False
     except (AttributeError, TypeError):
         pass
+    config = getattr(module, "_BucketCapacityConfig", None) or getattr(module, "BucketCapacityConfig", None)
+    original = getattr(config, "compute_bucket_size_limits", None)
+    if original is not None and not getattr(original, "_phantora", False):
+        def compute_bucket_size_limits(self, static_graph: bool, find_unused_parameters: bool):
+            limits, rebuilding = original(self, static_graph, find_unused_parameters)
+            if limits == [sys.maxsize] and not self.has_custom_per_bucket_caps:
+                limits = ([self.first_bucket_bytes_cap, self.bucket_bytes_cap]
+                          if self.first_bucket_bytes_cap < self.bucket_bytes_cap else [self.bucket_bytes_cap])
+            return limits, rebuilding
+        compute_bucket_size_limits._phantora = True        # type: ignore[attr-defined]
+        config.compute_bucket_size_limits = compute_bucket_size_limits
+
+
+FIND_UNUSED_ARG = 6
+"""Position of `find_unused_parameters` among dist.Reducer's arguments."""
 
 
 class _DistProxy:
-    """`torch.distributed` as DDP's module sees it, with `Logger` replaced."""
+    """`torch.distributed` as DDP's module sees it, with `Logger` replaced and the Reducer made without the search
+    for unused parameters: after each backward pass it copies its map of used parameters through pinned host
+    memory and reads it in C++ (tensors that hold no data here). `find_unused_parameters=True` is simulated as
+    False: every parameter must then get a gradient each step, or the Reducer stops, as it would on a GPU with the
+    setting off; the search's small all-reduce per step is not simulated (docs/stubs.md)."""
 
     def __init__(self, real: Any):
         self._real = real
         self.Logger = _ddp_logger_class()
 
+    def Reducer(self, *args: Any, **kwargs: Any) -> Any:          # noqa: N802 - torch's name
+        args = list(args)
+        if len(args) > FIND_UNUSED_ARG and args[FIND_UNUSED_ARG] is True:
+            args[FIND_UNUSED_ARG] = False
+            _note_find_unused()
+        elif kwargs.get("find_unused_parameters") is True:
+            kwargs["find_unused_parameters"] = False
+            _note_find_unused()
+        return self._real.Reducer(*args, **kwargs)
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self._real, name)
+
+
+_NOTED: list = []
+
+
+def _note_find_unused() -> None:
+    if not _NOTED:
+        _NOTED.append(True)
+        import os
+        if os.environ.get("PHANTORA_RANK", "0") == "0":
+            print("phantora: DistributedDataParallel(find_unused_parameters=True) is simulated as False: every "
+                  "parameter must get a gradient each step (docs/stubs.md)", file=sys.stderr, flush=True)
 
 
 def verify_param_shapes(process_group, tensors, logger=None):

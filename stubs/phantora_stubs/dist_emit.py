@@ -8,6 +8,7 @@ outputs).
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import torch
@@ -38,6 +39,60 @@ def _flat(tensors: Any) -> list[torch.Tensor]:
 def _forget(tensors: Any) -> None:
     for t in _flat(tensors):
         VALUES.drop(t)
+
+
+class _Backward:
+    """Backward passes in progress (any thread) and the collectives whose futures they asked for."""
+
+    def __init__(self) -> None:
+        self.depth = 0
+        self.pending: list = []
+        self.lock = threading.Lock()
+
+
+BACKWARD = _Backward()
+
+
+class _WorkFuture(torch.futures.Future):
+    """A completed future whose waits order the current stream after its collective."""
+
+    def __init__(self, work: "PhantoraWork") -> None:
+        super().__init__()
+        self._work = work
+
+    def wait(self) -> Any:
+        self._work.wait()
+        return super().wait()
+
+    def value(self) -> Any:
+        self._work.wait()
+        return super().value()
+
+
+def install_backward_join() -> None:
+    """torch.autograd.backward (Tensor.backward calls it) waits, when it returns, for the collectives whose futures
+    were asked for during it."""
+    original = torch.autograd.backward
+    if getattr(original, "_phantora_join", False):
+        return
+
+    def backward(*args: Any, **kwargs: Any) -> Any:
+        with BACKWARD.lock:
+            BACKWARD.depth += 1
+        try:
+            return original(*args, **kwargs)
+        finally:
+            with BACKWARD.lock:
+                BACKWARD.depth -= 1
+                works = BACKWARD.pending if not BACKWARD.depth else []
+                if not BACKWARD.depth:
+                    BACKWARD.pending = []
+            for work in works:
+                work.wait()
+
+    backward._phantora_join = True                     # type: ignore[attr-defined]
+    backward.__wrapped__ = original                    # type: ignore[attr-defined]
+    torch.autograd.backward = backward
 
 
 class PhantoraWork(dist._Work):
@@ -85,9 +140,15 @@ class PhantoraWork(dist._Work):
         return self._result
 
     def get_future(self) -> torch.futures.Future:
-        self.wait()
-        fut: torch.futures.Future = torch.futures.Future()
+        """A future of the collective that does not hold up the stream that asked for it (as a CUDA future does
+        not): its Python `wait()` and `value()` order the current stream after the collective; the futures a
+        backward pass asks for (DistributedDataParallel's buckets, whose C++ waits are not seen here) are waited
+        when the backward pass returns, where the Reducer's own end-of-backward waits put the stream."""
+        fut = _WorkFuture(self)
         fut.set_result(self._result)
+        if not self._waited and BACKWARD.depth:
+            with BACKWARD.lock:
+                BACKWARD.pending.append(self)
         return fut
 
     def _get_duration(self) -> float:

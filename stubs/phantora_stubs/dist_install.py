@@ -20,6 +20,7 @@ from datetime import timedelta
 import torch.distributed as dist
 
 from .dist_ddp import broadcast_coalesced, verify_param_shapes
+from .dist_emit import install_backward_join
 from .dist_group_creation import _wrap_init, _wrap_new_group, _wrap_new_process_group_helper, split_group
 from .dist_groups import PhantoraGlooGroup, PhantoraNCCLGroup, _create_phantora_pg
 from .dist_objects import _OBJECT_COLLECTIVES
@@ -35,6 +36,7 @@ def install(ctx) -> None:
     c10d = dist.distributed_c10d
     if "phantora" not in dist.Backend.backend_list:
         dist.Backend.register_backend("phantora", _create_phantora_pg, devices=["cpu", "cuda"])
+    install_backward_join()                     # collectives' futures asked for in a backward pass (dist_emit.py)
     c10d.ProcessGroupNCCL = PhantoraNCCLGroup
     dist.ProcessGroupNCCL = PhantoraNCCLGroup
     c10d.ProcessGroupGloo = PhantoraGlooGroup

@@ -211,6 +211,13 @@ class Interceptor(TorchDispatchMode):
             METER.exit()
 
     def _dispatch(self, func, args, kwargs):
+        out = self._dispatch_op(func, args, kwargs)
+        if kwargs.get("pin_memory") is True:         # a factory asked for pinned host memory (torch.empty(...,
+            for t in _tensors(out):                    # pin_memory=True)): is_pinned() says so, as on a GPU host
+                self._pinned[t] = True
+        return out
+
+    def _dispatch_op(self, func, args, kwargs):
         if _current_fake_mode(_FAKE_KEY) is None:     # unset_fake_temporarily(): real tensors, real ops
             return func(*args, **kwargs)
         cat = self._cats.get(func)

@@ -151,6 +151,7 @@ probe("temperature", lambda: torch.cuda.temperature())
 probe("power_draw", lambda: torch.cuda.power_draw())
 probe("pynvml_installed", lambda: importlib.util.find_spec("pynvml") is not None)
 probe("is_pinned", lambda: torch.empty(16).pin_memory().is_pinned())
+probe("is_pinned_factory", lambda: torch.empty(16, pin_memory=True).is_pinned())
 
 # ---- torch.distributed
 probe("dist_backend", lambda: dist.get_backend())
