@@ -278,3 +278,18 @@ def test_host_prices_travel_to_the_ranks():
     for bad in ("1,2", "1,2,3,4,5", "1,2,3,-4", "1,2,3,x"):
         with pytest.raises(ValueError):
             HostCosts.parse_env(bad)
+
+
+def test_a_wait_for_another_process_s_file_lock_takes_no_simulated_time(tmp_path):
+    """A rank polling for a file lock (Hugging Face datasets' cache) waits for another process's real time: not
+    the program's, and charged it would make two runs differ (stubs/phantora_stubs/filelocks.py)."""
+    waits = []
+    for hold in (0.2, 0.7):
+        proc = phantora_run("--gpus-per-node", "1", "--no-trace", "--", "python",
+                            str(Path(__file__).parent / "scripts" / "file_lock_wait.py"), str(tmp_path / "x.lock"),
+                            str(hold))
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        (line,) = [ln for ln in proc.stdout.splitlines() if "waited_s" in ln]
+        waits.append(json.loads(line.split("]: ", 1)[-1])["waited_s"])
+    # the other process held the lock 0.2 and 0.7 s of real time; the wait costs the rank the lock's own few lines
+    assert max(waits) < 0.002

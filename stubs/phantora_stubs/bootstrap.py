@@ -178,6 +178,8 @@ def install() -> context.Context | None:
     ctx.extras["cuda_build"] = torch_install.cuda_build
     ctx.lib = build.ensure_fake_cuda()
     when_imported("torch", lambda torch: install_torch(ctx))
+    from . import filelocks
+    when_imported("filelock", filelocks.patch)   # waits for other ranks' file locks advance no time (filelocks.py)
     return ctx
 
 

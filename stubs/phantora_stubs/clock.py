@@ -21,6 +21,7 @@ Every read of the virtual clock first charges the host time the framework spent 
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import gc
 import sys
@@ -315,6 +316,8 @@ class VirtualClock:
         try:
             if seconds < 0:
                 raise ValueError("sleep length must be non-negative")
+            if getattr(FREE_SLEEPS, "depth", 0):
+                seconds = 0.0          # a wait for another process of this machine (free_sleeps)
             self._rt().advance_cpu(METER.claim() + float(seconds))    # type: ignore[attr-defined]
         finally:
             _real_sleep(0)
@@ -322,6 +325,23 @@ class VirtualClock:
 
 
 CLOCK: VirtualClock | None = None
+
+FREE_SLEEPS = threading.local()
+"""Depth of `free_sleeps()` blocks on this thread."""
+
+
+@contextlib.contextmanager
+def free_sleeps():
+    """A wait for another process of this machine (a rank holding a file lock): the sleeps that poll for it do not
+    advance the virtual clock and the Python that polls is not counted, so how long the other process took in real
+    time, and which rank got the lock first, do not reach the simulated time."""
+    FREE_SLEEPS.depth = getattr(FREE_SLEEPS, "depth", 0) + 1
+    METER.enter(2)
+    try:
+        yield
+    finally:
+        METER.exit()
+        FREE_SLEEPS.depth -= 1
 
 
 def host_work(seconds: float) -> None:
