@@ -153,3 +153,27 @@ def test_a_graph_compiled_for_dynamic_shapes_is_costed_at_each_call_s_sizes(stub
     first, recompiled, reused = out["call_s"]
     assert recompiled >= COMPILE_LATER_S           # after an iteration: charged
     assert reused < 0.01                           # the dynamic graph serves the third size
+
+
+def test_flex_attention_in_a_fullgraph_region_is_costed_as_eager_flex_attention(stub_cache, tmp_path):
+    """A block with flex attention compiles whole (fullgraph=True, as TorchTitan compiles its flex-attention models):
+    the forward and backward flex attention ops keep their place between the block's GEMMs and the signatures,
+    FLOPs and costs of the eager block's, while the code around them is fused."""
+    oplog = tmp_path / "ops.jsonl"
+    out = run_script("compiled_flex.py", stub_cache, oplog=oplog)
+    sections = _sections(oplog)
+    eager, compiled = sections[2], sections[4]              # the second step of each: no compilation in it
+    assert out["graph_breaks"] == 0
+
+    def flex(ops):
+        return [(op["name"], op["flops"], op["nbytes"], op["duration"]) for op in ops if "flex_attention" in op["name"]]
+
+    assert [f[0] for f in flex(compiled)] == ["flex_attention", "flex_attention_backward"]
+    assert flex(compiled) == flex(eager)
+    # causal: about half the dense attention's 4·B·H·S²·D forward FLOPs
+    assert 0.4 <= flex(compiled)[0][1] / (4 * 2 * 8 * 1024 * 1024 * 64) <= 0.6
+    names = [op["name"] for op in compiled]
+    first_flex = names.index("flex_attention")
+    assert any(_packet(op) in GEMMS for op in compiled[:first_flex])          # the qkv projection before it
+    assert any(_packet(op) in GEMMS for op in compiled[first_flex + 1:])      # the output projection after it
+    assert any(n.startswith("triton_") for n in names)                         # the rest compiled

@@ -428,26 +428,30 @@ def _report_at_exit() -> None:
 
 # ---- what is not simulated ----------------------------------------------------------------------------------------
 
-FLEX_UNSUPPORTED = ("phantora: flex attention inside a compiled region is not simulated yet (Inductor generates it as "
-                    "a Triton template, which needs Triton and a GPU to choose its configuration): under simulation "
-                    "it is a graph break and runs eagerly, which fullgraph=True refuses; use "
-                    "scaled_dot_product_attention in compiled regions, or compile without fullgraph (docs/compile.md)")
+def _extern_flex_lowerings() -> None:
+    """Flex attention in a compiled region as an extern kernel: the higher-order op itself, run at its place in the
+    graph and costed as in eager mode (the `flex_attention` / `flex_attention_backward` signatures, their density
+    from the block mask). Inductor would make a Triton template of it, whose configuration is chosen on a GPU."""
+    from torch._inductor import ir, lowering
+    import torch._inductor.kernel.flex  # noqa: F401 - registers the flex lowerings (replaced here)
 
+    def graph_modules(x: Any) -> Any:        # the score/mask subgraphs as the GraphModules the op takes
+        return x.graph_module if isinstance(x, ir.Subgraph) else x
 
-def _refuse_flex_lowerings() -> None:
-    """Inductor's flex attention lowerings need Triton templates: say so by name instead of Triton's ImportError."""
-    from torch._inductor import lowering
-    import torch._inductor.kernel.flex  # noqa: F401 - registers the flex lowerings
-
-    from .errors import UnsupportedOpError
-
-    def refuse(*args: Any, **kwargs: Any) -> Any:
-        raise UnsupportedOpError(FLEX_UNSUPPORTED)
+    def extern(op: Any) -> Any:
+        def lower(*args: Any, **kwargs: Any) -> Any:
+            args, kwargs = torch.utils._pytree.tree_map(graph_modules, (args, kwargs),
+                                                        is_leaf=lambda x: isinstance(x, ir.Subgraph))
+            outputs = ir.FallbackKernel.create(op, *args, **kwargs)
+            return torch.utils._pytree.tree_map(
+                lambda o: ir.TensorBox.create(o) if isinstance(o, ir.IRNode) else o, outputs,
+                is_leaf=lambda x: isinstance(x, ir.IRNode))
+        return lower
 
     for name in ("flex_attention", "flex_attention_backward"):
         op = getattr(torch.ops.higher_order, name, None)
         if op is not None and op in lowering.lowerings:
-            lowering.lowerings[op] = refuse
+            lowering.lowerings[op] = extern(op)
 
 
 # ---- installation -------------------------------------------------------------------------------------------------
@@ -499,7 +503,7 @@ def install(original_compile: Any) -> None:
     inductor_config.joint_graph_constant_folding = False
     scheduler.has_triton = lambda: True      # the CUDA backend's fusion rules are Triton's; no Triton is needed
     GraphLowering.compile_to_module = _compile_to_module
-    _refuse_flex_lowerings()
+    _extern_flex_lowerings()
     if not hasattr(convert_frame._compile, "__wrapped__"):
         convert_frame._compile = _wrap_compile(convert_frame._compile)
     # Inductor's compilation of a graph, also where AOTAutograd compiles the backward lazily at the first backward

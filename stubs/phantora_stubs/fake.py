@@ -204,6 +204,8 @@ def _unmetered(fn: Any) -> Any:
 
     @functools.wraps(fn)
     def wrapped(*args, **kwargs):
+        if torch.compiler.is_compiling():       # Dynamo traces the function itself (a compiled region's op)
+            return fn(*args, **kwargs)
         METER.enter()
         try:
             return fn(*args, **kwargs)
@@ -221,18 +223,15 @@ def patch_flex_attention(module: Any) -> None:
     directly instead of through `torch.compile` (unavailable here). That eager path traces `score_mod` and
     `mask_mod` into graphs on every call (milliseconds of Python per call, forward and backward), work a compiled
     run does once: `flex_attention`, `create_block_mask` and the higher-order op's backward are kept out of the
-    framework CPU time. In a compiled region they are graph breaks (docs/compile.md). Frameworks that bind them at import (`from ... import flex_attention`) get the wrapped
-    functions, since this runs right after the module is imported.
+    framework CPU time. Inside a compiled region Dynamo traces them as usual (the higher-order ops become nodes of
+    the graph, costed as extern kernels: compiled.py, docs/compile.md). Frameworks that bind them at import
+    (`from ... import flex_attention`) get the wrapped functions, since this runs right after the module is imported.
     """
-    from .compiled import FLEX_UNSUPPORTED
-
     module._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG = True
     for name in ("flex_attention", "create_block_mask"):
         fn = getattr(module, name, None)
         if fn is not None:
-            # inside a compiled region flex attention is a graph break (it runs eagerly, as the op the interceptor
-            # costs): Inductor would make it a Triton template (compiled.py); fullgraph=True says why
-            setattr(module, name, torch.compiler.disable(_unmetered(fn), reason=FLEX_UNSUPPORTED))
+            setattr(module, name, _unmetered(fn))
     try:
         from torch._higher_order_ops import flex_attention as hop
     except ImportError:
