@@ -144,8 +144,19 @@ def test_database_of_another_gpu_is_refused(traces, tmp_path):
     a, _ = traces
     out = tmp_path / "p.h5"
     profile_traces([a], out, gpu=GPU, measure=FakeMeasure(), device=DEVICE, echo=lambda s: None)
+    a100 = (load_gpu("a100-sxm-80gb").display_name, *DEVICE[1:])
     with pytest.raises(PhantoraError, match="profile of h100-sxm-80gb"):
-        profile_traces([a], out, gpu="a100-sxm-80gb", measure=FakeMeasure(), device=DEVICE, echo=lambda s: None)
+        profile_traces([a], out, gpu="a100-sxm-80gb", measure=FakeMeasure(), device=a100, echo=lambda s: None)
+
+
+def test_a_gpu_preset_other_than_this_machine_s_gpu_is_refused(traces, tmp_path):
+    """Times taken on an H100 must not be recorded as another GPU's, whatever --gpu says."""
+    a, _ = traces
+    fake = FakeMeasure()
+    with pytest.raises(PhantoraError, match="preset h100-sxm-80gb"):
+        profile_traces([a], tmp_path / "p.h5", gpu="h200-sxm-141gb", measure=fake, device=DEVICE,
+                       echo=lambda s: None)
+    assert not fake.calls and not (tmp_path / "p.h5").exists()
 
 
 def test_failures_are_reported_not_fatal(traces, tmp_path):

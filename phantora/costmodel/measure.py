@@ -5,7 +5,8 @@ them) with sane values: floats random normal x 0.5 (made positive, |x| + 0.5, fo
 Adam), integer index tensors uniform within the bound of the dimension they index (embedding rows, gather/scatter
 dim, advanced-index dims, nll_loss classes), bools random. Scalars dropped from the signature (values such as
 alpha, eps, lr) get plausible placeholders. Attention backward ops run their forward op first, so that `out`,
-`logsumexp` and the RNG state are the real ones.
+`logsumexp` and the RNG state are the real ones. A kernel Inductor generated (`inductor.*`) is rebuilt from its
+recipe and compiled by Inductor here (generated.py).
 
 Timing (`measure_signature`): warm-up runs, then each timed run is
     L2 flush (zeroing a buffer of max(256 MiB, 3 x L2)) -> GPU spin (torch.cuda._sleep) -> start event -> op -> end event
@@ -377,6 +378,21 @@ def _attention_backward_inputs(sig: Signature, device: str, seed: int) -> tuple[
     return bwd, [dout, q, k, v, o, lse, seed_t, off_t, bias, csq, csk, mq, mk, dropout, causal], {}
 
 
+def _generated_kernel(sig: Signature, device: str, seed: int) -> tuple[Any, list, dict]:
+    """A kernel Inductor generated, compiled here from its recipe (generated.py)."""
+    import torch
+
+    from .generated import rebuild
+
+    recipe = sig.scalar("graph")
+    if not recipe:
+        raise PhantoraError(f"{sig.op} {sig.scalar('name')} has no recipe (a graph compiled for dynamic shapes, or "
+                            "an op that cannot be rebuilt): it is costed from its bytes")
+    kernel, inputs = rebuild(recipe, device, seed)
+    torch._dynamo.reset()                      # each recipe is its own graph: no cache limit across recipes
+    return torch.compile(kernel, fullgraph=True, dynamic=False), inputs, {}
+
+
 @contextlib.contextmanager
 def _real_mode():
     """Run with Phantora's fake tensor / dispatch modes (if any) switched off."""
@@ -435,7 +451,9 @@ def measure_signature(sig: Signature, repeats: int = DEFAULT_REPEATS, *, warmup:
         dev = torch.device("cuda", torch.cuda.current_device())
     with _real_mode(), torch.no_grad(), _matmul_precision(sig), torch.cuda.device(dev):
         try:
-            if sig.name in _ATTN_BWD_FWD:
+            if sig.op.startswith("inductor."):
+                op, args, kwargs = _generated_kernel(sig, str(dev), seed)
+            elif sig.name in _ATTN_BWD_FWD:
                 op, args, kwargs = _attention_backward_inputs(sig, str(dev), seed)
             else:
                 op = resolve_op(sig.op)

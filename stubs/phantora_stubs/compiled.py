@@ -37,6 +37,7 @@ from typing import Any
 import torch
 
 from .clock import METER, host_work
+from . import kernel_recipe
 
 COMPILE_FIRST_S = 12.45
 """Host seconds of a process's first compilation: the median, over 8 runs of the reference workload with `--compile`
@@ -94,12 +95,14 @@ _CTX: Any = None
 class _Kernel:
     """A generated kernel. Its sizes are ints, or sympy expressions of the graph's size symbols where Inductor
     compiled the graph for dynamic shapes: those are evaluated at each call, at the sizes it runs with."""
-    __slots__ = ("kind", "name", "numel", "rnumel", "nbytes", "flops", "last", "device")
+    __slots__ = ("kind", "name", "numel", "rnumel", "nbytes", "flops", "last", "device", "recipe", "stores")
 
     def __init__(self, kind: str, name: str, numel: Any, rnumel: Any, nbytes: Any, flops: Any, last: int,
-                 device: int):
+                 device: int, recipe: str | None = None):
         self.kind, self.name, self.numel, self.rnumel = kind, name, numel, rnumel
         self.nbytes, self.flops, self.last, self.device = nbytes, flops, last, device
+        self.recipe = recipe            # the fused ops, for `phantora profile` (kernel_recipe.py); static only
+        self.stores: tuple[int, ...] = ()  # the FX nodes whose values it stores
 
     def symbolic(self) -> bool:
         return not all(isinstance(x, int) for x in (self.numel, self.rnumel, self.nbytes, self.flops))
@@ -173,16 +176,20 @@ def _plan(graph: Any) -> tuple[list[_Kernel], set[int], set[int]]:
     from torch._inductor.virtualized import V
 
     graph._update_scheduler()           # Inductor's own scheduler: fusion decided as for code generation
-    index = {node: i for i, node in enumerate(graph.module.graph.nodes)}
+    fx_nodes = list(graph.module.graph.nodes)
+    index = {node: i for i, node in enumerate(fx_nodes)}
     materialized: set[int] = set()
+    value_of: dict[str, int] = {n.target: i for i, n in enumerate(fx_nodes) if n.op == "placeholder"}
     for buf in graph.buffers:
         node = getattr(buf, "origin_node", None)
+        found = [index[o] for o in _origins(buf) if o in index]   # the value stored: its chain's last op
         if node in index:
             materialized.add(index[node])
-            continue
-        found = [index[o] for o in _origins(buf) if o in index]   # the value stored: its chain's last op
-        if found:
+        elif found:
             materialized.add(max(found))
+        held = _holder(buf, [index[node]] if node in index else [], sorted(found, reverse=True), fx_nodes)
+        if held is not None:
+            value_of[buf.get_name()] = held
     kernels: list[_Kernel] = []
     extern: set[int] = set()
     for snode in graph.scheduler.nodes:
@@ -212,12 +219,77 @@ def _plan(graph: Any) -> tuple[list[_Kernel], set[int], set[int]]:
             space = numel * per_output
             at_hint = int(V.graph.sizevars.optimization_hint(space, fallback=1)) or 1
             nbytes = nbytes * space / at_hint
-        kernels.append(_Kernel("reduction" if reduction else "pointwise",
-                               get_fused_kernel_name(snode.get_nodes(), "original_aten"), numel, rnumel,
-                               nbytes, ops * numel * max(per_output, 1)
-                               if isinstance(per_output, int) else ops * numel * per_output,
-                               max(origins), device.index or 0))
+        kernel = _Kernel("reduction" if reduction else "pointwise",
+                         get_fused_kernel_name(snode.get_nodes(), "original_aten"), numel, rnumel,
+                         nbytes, ops * numel * max(per_output, 1)
+                         if isinstance(per_output, int) else ops * numel * per_output,
+                         max(origins), device.index or 0)
+        if not kernel.symbolic():
+            kernel.recipe, kernel.stores = _recipe(snode, fx_nodes, value_of, set(origins), nbytes)
+        kernels.append(kernel)
+    # a value two kernels store (a reduction Inductor splits in two stores its partial and its final result under
+    # the same FX node): a recipe of either would time both
+    stored = [i for k in kernels for i in k.stores]
+    for k in kernels:
+        if any(stored.count(i) > 1 for i in k.stores):
+            k.recipe = None
     return kernels, extern, materialized
+
+
+def _holder(buf: Any, first: list[int], others: list[int], fx_nodes: list) -> int | None:
+    """The FX node whose value a buffer holds: its origin node, else the latest of its origins, of the buffer's
+    sizes and dtype (a buffer realized as an extern kernel's input names that kernel among its origins)."""
+    try:
+        size = [int(s) for s in buf.get_size()]
+        dtype = buf.get_dtype()
+    except (TypeError, ValueError, NotImplementedError, AttributeError):
+        return None
+    for i in (*first, *others):
+        val = fx_nodes[i].meta.get("val")
+        if isinstance(val, torch.Tensor) and val.dtype == dtype:
+            try:
+                if [int(s) for s in val.shape] == size:
+                    return i
+            except (TypeError, ValueError):
+                return None
+    return None
+
+
+def _recipe(snode: Any, fx_nodes: list, value_of: dict[str, int], origins: set[int],
+            nbytes: int) -> tuple[str | None, tuple[int, ...]]:
+    """(recipe, FX nodes of the values it stores) of a generated kernel: the ops from what it reads (buffers of other
+    kernels, graph inputs) to what it stores (buffers a node outside the kernel uses). None where a buffer cannot be
+    traced to its FX node, or the recipe's traffic is not the kernel's (Inductor's count, within a factor 1.5)."""
+    members = {n.get_name() for n in snode.get_nodes()}
+    written = set()
+    outputs = []
+    for n in snode.get_nodes():
+        for buf in n.get_outputs():
+            written.add(buf.get_name())
+            if any(not u.is_weak and u.get_name() not in members for u in buf.users):
+                outputs.append(buf.get_name())
+    reads = {d.name for d in snode.read_writes.reads} - written
+    if not outputs or any(name not in value_of for name in (*outputs, *reads)):
+        return None, ()
+    out_nodes = [value_of[name] for name in outputs]
+    boundary = {value_of[name] for name in reads}
+    if boundary & set(out_nodes):
+        return None, tuple(out_nodes)
+    inside: set[int] = set()
+    index = {n: i for i, n in enumerate(fx_nodes)}
+    todo = list(out_nodes)
+    while todo:
+        i = todo.pop()
+        if i in inside or i in boundary or fx_nodes[i].op != "call_function" or i not in origins:
+            continue
+        inside.add(i)
+        todo.extend(index[a] for a in fx_nodes[i].all_input_nodes)
+    if not set(out_nodes) <= inside:
+        return None, tuple(out_nodes)
+    text, moved = kernel_recipe.recipe([fx_nodes[i] for i in sorted(inside)], [fx_nodes[i] for i in out_nodes])
+    if text is None or not (nbytes / 1.5 <= moved <= nbytes * 1.5):
+        return None, tuple(out_nodes)
+    return text, tuple(out_nodes)
 
 
 # ---- the compiled module ------------------------------------------------------------------------------------------
@@ -294,7 +366,7 @@ class _Runner(torch.fx.Interpreter):
         else:
             out = super().run_node(n)
         for k in self.mod.after.get(i, ()):
-            self.icpt.emit_fused(k.kind, k.name, k.numel, k.rnumel, k.nbytes, k.flops, k.device)
+            self.icpt.emit_fused(k.kind, k.name, k.numel, k.rnumel, k.nbytes, k.flops, k.device, k.recipe)
         return out
 
 

@@ -269,11 +269,15 @@ class Interceptor(TorchDispatchMode):
         return out
 
     def emit_fused(self, kind: str, name: str, numel: int, rnumel: int, nbytes: int, flops: int,
-                   device: int) -> None:
-        """One kernel Inductor generated for a compiled region (compiled.py; costed by the `fused` family)."""
-        sig = self.coster.Signature(op=f"inductor.{kind}.default", scalars=(
-            ("name", name), ("numel", int(numel)), ("rnumel", int(rnumel)), ("bytes", int(nbytes)),
-            ("flops", int(flops))))
+                   device: int, recipe: str | None = None) -> None:
+        """One kernel Inductor generated for a compiled region (compiled.py; costed by the `fused` family). Its
+        recipe (the fused ops, kernel_recipe.py), where it has one, is part of its signature: `phantora profile`
+        rebuilds and times the kernel from it."""
+        scalars = (("name", name), ("numel", int(numel)), ("rnumel", int(rnumel)), ("bytes", int(nbytes)),
+                   ("flops", int(flops)))
+        if recipe is not None:
+            scalars += (("graph", recipe),)
+        sig = self.coster.Signature(op=f"inductor.{kind}.default", scalars=scalars)
         c = self.coster.cost_signature(sig)
         prefix = "triton_red_" if kind == "reduction" else "triton_poi_"
         self.rt.submit(Op(OpKind.KERNEL, stream=self.dev.stream(device), name=prefix + name, sig=c.sig_id,
