@@ -57,6 +57,9 @@ class GPUSpec:
     tdp_w: float = 0.0
     boost_clock_mhz: float = 0.0
     power: PowerSpec | None = None     # measured power behaviour (GPUs with a kernel profile)
+    # the fraction of its architecture's efficiency-table memory rates this GPU's kernels reach, measured on its
+    # profile (costmodel.roofline.memory_scale); 1.0 for the GPU the table was fitted on and unmeasured GPUs
+    roofline_memory_scale: float = 1.0
     sources: dict[str, str] = field(default_factory=dict)   # field name -> citation
     notes: str = ""
 
@@ -69,6 +72,10 @@ class GPUSpec:
             check_number(getattr(self, key), key, positive=True)
         for key in ("nvlink_links", "nvlink_gbyte_per_s", "l2_cache_mib", "tdp_w", "boost_clock_mhz"):
             check_number(getattr(self, key), key, nonnegative=True)
+        check_number(self.roofline_memory_scale, "roofline_memory_scale", positive=True)
+        if self.roofline_memory_scale > 1.0:
+            raise PresetError("roofline_memory_scale is a fraction of the efficiency table's rates, at most 1",
+                              key="roofline_memory_scale")
         for dtype, value in self.peak_tflops.items():
             check_number(value, f"peak_tflops.{dtype}", nonnegative=True)
         check_number(self.peak_tflops["fp32"], "peak_tflops.fp32", positive=True)   # the fallback of every dtype

@@ -244,3 +244,43 @@ def test_short_row_softmax_runs_near_bandwidth_as_measured():
     assert 0.9 * 0.729e-3 < short.duration_s < 1.1 * 0.781e-3
     long = model.estimate(S(aten._softmax.default, T(64, 128256, dtype=torch.float32), -1, False))
     assert long.nbytes / long.duration_s < 0.6 * short.nbytes / short.duration_s
+
+
+def test_a_gpu_s_memory_scale_slows_memory_bound_kernels_only():
+    """roofline_memory_scale divides the bandwidth the table's memory fractions apply to: a big copy takes 1/scale
+    as long, a big GEMM (compute-bound) is unchanged."""
+    from phantora.gpus import load_gpu
+    h200 = load_gpu("h200-sxm-141gb")
+    assert h200.roofline_memory_scale < 1.0
+    plain = RooflineModel(replace(h200, roofline_memory_scale=1.0))
+    scaled = RooflineModel(h200)
+    copy = S(aten.copy_.default, T(1 << 30), T(1 << 30))
+    gemm = S(aten.mm.default, T(16384, 16384), T(16384, 16384))
+    assert scaled.estimate(copy).duration_s / plain.estimate(copy).duration_s == pytest.approx(
+        1 / h200.roofline_memory_scale, rel=0.01)
+    assert scaled.estimate(gemm).duration_s == pytest.approx(plain.estimate(gemm).duration_s, rel=1e-9)
+
+
+@pytest.mark.parametrize("name", ["h100-sxm-80gb", "h200-sxm-141gb"])
+def test_memory_scales_of_the_presets_are_what_their_profiles_measure(name):
+    """The presets' roofline_memory_scale agrees with the median of their own measured memory-bound kernels: the
+    H100 (whose profile the Hopper table was fitted on) at 1, the H200 below it (its kernels draw less of its
+    datasheet bandwidth)."""
+    from phantora.costmodel.roofline import memory_scale
+    from phantora.costmodel.select import profiles_dir
+    from phantora.gpus import load_gpu
+    gpu = load_gpu(name)
+    fitted, n = memory_scale(ProfileDB.open(profiles_dir() / f"{name}.h5"), gpu)
+    assert n >= 500
+    assert gpu.roofline_memory_scale == pytest.approx(fitted, abs=0.02)
+
+
+def test_memory_scale_above_one_is_refused(tmp_path):
+    from phantora.errors import PresetError
+    from phantora.gpus import gpu_dir, load_gpu
+    text = (gpu_dir() / "h200-sxm-141gb.toml").read_text()
+    assert "roofline_memory_scale = 0.897" in text
+    bad = tmp_path / "g.toml"
+    bad.write_text(text.replace("roofline_memory_scale = 0.897", "roofline_memory_scale = 1.2"))
+    with pytest.raises(PresetError, match="roofline_memory_scale"):
+        load_gpu(str(bad))

@@ -242,7 +242,7 @@ class RooflineModel:
         self.table.validate()
         # > 1 for a GPU held at a lower power limit than the one the efficiencies describe (costmodel/power.py)
         self.compute_slowdown = compute_slowdown
-        self._bw = gpu.hbm_bytes_per_s
+        self._bw = gpu.hbm_bytes_per_s * gpu.roofline_memory_scale
         self._pcie = gpu.pcie_gbyte_per_s * 1e9 * self.table.pcie_efficiency
         self._peaks: dict[str, float] = {}
 
@@ -410,6 +410,41 @@ def _fit_entry(samples: list[_Sample], base: FamilyEfficiency, latency: float, i
             memory, b0 = _fit_roof(*map(list, zip(*mem)), base.memory, base.b0_bytes)
         entry = FamilyEfficiency(compute, memory, w0, b0)
     return entry
+
+
+MEMORY_SCALE_FAMILIES = (fam.ELEMENTWISE, fam.COPY, fam.CAT, fam.EMBEDDING)
+MEMORY_SCALE_MIN_BYTES = 8e6
+
+
+def memory_scale(profile_db: "ProfileDB", gpu: GPUSpec, table: EfficiencyTable | None = None) -> tuple[float, int]:
+    """(scale, kernels) for a GPU's `roofline_memory_scale`: the median, over its profile's memory-bound kernels of
+    the plain families (element-wise, copies, cat, embedding; at least 8 MB, where the bandwidth term dominates), of
+    the efficiency table's time at the datasheet bandwidth over the measured time. 1.0 means the table's memory
+    fractions hold on this GPU as on the one they were fitted on."""
+    import statistics
+
+    from .signature import Signature
+
+    plain = replace(gpu, roofline_memory_scale=1.0)
+    model = RooflineModel(plain, table)
+    ratios = []
+    for key, rec in profile_db.items():
+        try:
+            sig = Signature.from_key(key)
+            w = work(sig)
+        except PhantoraError:
+            continue
+        if w.is_view or w.family not in MEMORY_SCALE_FAMILIES or w.nbytes < MEMORY_SCALE_MIN_BYTES:
+            continue
+        if w.kernel_flops / plain.peak_flops("fp32") >= w.nbytes / plain.hbm_bytes_per_s:
+            continue                                   # not memory-bound
+        predicted = model.estimate(sig).duration_s * 1e6
+        if predicted > 0 and rec.median_us > 0:
+            ratios.append(predicted / rec.median_us)
+    if len(ratios) < 20:
+        raise PhantoraError(f"{profile_db.path} has {len(ratios)} memory-bound kernels of the plain families "
+                            f"(at least 20 are needed to fit roofline_memory_scale)")
+    return min(1.0, statistics.median(ratios)), len(ratios)
 
 
 def fit_efficiencies(profile_db: "ProfileDB", gpu: GPUSpec, base: EfficiencyTable | None = None) -> EfficiencyTable:
