@@ -444,7 +444,8 @@ def measure_signature(sig: Signature, repeats: int = DEFAULT_REPEATS, *, warmup:
     require_cuda()
     import torch
 
-    if fam.classify(sig.op) in fam.NO_KERNEL:
+    w = fam.work(sig)
+    if w.is_view or w.family in fam.NO_KERNEL:
         raise PhantoraError(f"{sig.op} launches no kernel; there is nothing to measure")
     dev = torch.device(device)
     if dev.index is None:

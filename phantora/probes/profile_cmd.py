@@ -187,7 +187,8 @@ def profile_traces(traces: Sequence[str | Path], out: str | Path, *, gpu: str | 
         for n, sig in enumerate(sigs, 1):
             key = sig.key()
             head = f"[{n}/{len(sigs)}] {describe(sig)}"
-            if fam.classify(sig.op) in fam.NO_KERNEL or fam.work(sig).is_view:
+            w = fam.work(sig)                   # a conditional view (contiguous, reshape) that copies is a copy
+            if w.is_view or w.family in fam.NO_KERNEL:
                 run.no_kernel += 1
                 echo(f"{head}: no kernel, skipped")
                 continue

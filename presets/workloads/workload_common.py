@@ -228,15 +228,38 @@ KERNEL_PROFILE_STEPS = (3, 4)
 def start_kernel_profile():
     from torch.profiler import ProfilerActivity, profile
 
-    prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=True)
+    # KERNEL_PROFILE_STACKS=1: also the Python stack of the op that launched each kernel (launchers.json)
+    prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=True,
+                   with_stack=os.environ.get("KERNEL_PROFILE_STACKS") == "1")
     prof.__enter__()
     return prof
+
+
+def _launchers(prof) -> list[dict]:
+    """Per (kernel, launching op with its callers' ops, input shapes, Python frames) the launches and GPU time."""
+    found: dict[tuple, list] = {}
+    for evt in prof.events():
+        if not getattr(evt, "kernels", None):
+            continue
+        chain, p = [], evt
+        while p is not None and len(chain) < 10:
+            chain.append(p.name)
+            p = p.cpu_parent
+        frames = tuple(f for f in (getattr(evt, "stack", None) or ()) if "torch/" not in f)[:4]
+        for k in evt.kernels:
+            key = (k.name[:120], tuple(chain), json.dumps(evt.input_shapes), frames)
+            slot = found.setdefault(key, [0, 0.0])
+            slot[0] += 1
+            slot[1] += float(k.duration)
+    return [{"kernel": k, "ops": list(c), "shapes": json.loads(sh), "frames": list(fr), "count": n, "total_us": t}
+            for (k, c, sh, fr), (n, t) in sorted(found.items(), key=lambda kv: -kv[1][1])]
 
 
 def write_kernel_profile(prof, out: Path, step_times: list[float], prog: str) -> None:
     """In-situ GPU time of the recorded steps: per (op, input shapes) the kernel time launched by the op itself
     (torch.profiler's self device time), per kernel name its calls and total time (summed over the recorded steps),
-    and the timeline of every kernel (name, stream, start, duration; timeline.json). Times in microseconds."""
+    the timeline of every kernel (name, stream, start, duration; timeline.json) and per kernel the op that launched
+    it with its callers (launchers.json; with KERNEL_PROFILE_STACKS=1 also its Python frames). Times in microseconds."""
     import torch
 
     prof.__exit__(None, None, None)
@@ -264,6 +287,7 @@ def write_kernel_profile(prof, out: Path, step_times: list[float], prog: str) ->
     meta = {"steps": steps, "step_times_s": step_times, "device": torch.cuda.get_device_name(),
             "torch": torch.__version__}
     (out / "ops.json").write_text(json.dumps({**meta, "ops": ops}) + "\n")
+    (out / "launchers.json").write_text(json.dumps({**meta, "launchers": _launchers(prof)}) + "\n")
     (out / "kernels.json").write_text(json.dumps(
         {**meta, "kernels": [{"name": n, "calls": c, "total_us": t} for n, (c, t) in
                              sorted(kernels.items(), key=lambda kv: -kv[1][1])]}) + "\n")

@@ -58,6 +58,15 @@ _METADATA = frozenset({"detach", "alias", "lift_fresh", "record_stream", "size",
                        "dtype", "_nested_tensor_size", "is_contiguous", "_assert_async", "_assert_scalar",
                        "_functional_assert_async", "_print", "sym_constrain_range", "sym_constrain_range_for_size"})
 _COPIES = frozenset({"_to_copy", "copy_", "_copy_from", "_copy_from_and_resize"})
+_CONDITIONAL_VIEWS = frozenset({"contiguous", "reshape", "flatten"})
+"""Ops whose schema says view but that copy when the input is not in the layout asked for (cost model: movement.py)."""
+
+
+def _copied(args: Any, out: Any) -> bool:
+    """Whether a conditional view's result is a new tensor rather than a view of its input."""
+    src = args[0] if args else None
+    return (isinstance(src, torch.Tensor) and isinstance(out, torch.Tensor)
+            and not torch._C._is_alias_of(out, src))
 _DD_SCALAR = frozenset({"equal", "is_nonzero", "allclose"})
 _DD_SHAPE = frozenset({"nonzero", "masked_select", "_unique2", "unique_consecutive", "unique_dim", "_unique"})
 _FCOLL_NS = frozenset({"_c10d_functional", "_c10d_functional_autograd", "c10d_functional"})
@@ -228,6 +237,8 @@ class Interceptor(TorchDispatchMode):
                 return func(*args, **kwargs)
         if cat == VIEW:
             out = self._run(func, args, kwargs)
+            if _packet_name(func) in _CONDITIONAL_VIEWS and _copied(args, out):
+                return self._conditional_copy(func, args, kwargs, out)
             if VALUES.watching() or func is _LIFT_FRESH:
                 VALUES.after_op(func, _packet_name(func), args, kwargs, out)
             return out
@@ -322,6 +333,20 @@ class Interceptor(TorchDispatchMode):
         self.rt.submit(Op(OpKind.KERNEL, stream=self.dev.stream(device), name=str(func), sig=c.sig_id,
                           duration=c.duration, flops=c.flops, nbytes=int(c.nbytes), cpu_delta=METER.claim(),
                           source=c.source, mem=mem))
+
+    def _conditional_copy(self, func, args, kwargs, out):
+        """contiguous / reshape / flatten that copied (the input was not in the layout asked for): the copy kernel a
+        GPU runs. These ops reach the mode whole, not as the clone they decompose into, where the Python
+        dispatcher is on (inside a tensor subclass's __torch_dispatch__: torchao's Float8 matmuls lay out their
+        operands so)."""
+        outs = _tensors(out)
+        device = _cuda_index(outs)
+        if device is not None:
+            self._emit_kernel(func, args, kwargs, device, self.mem.track(outs))
+        else:
+            self._host_compute(func, _tensors(args[:1]), outs)
+        VALUES.after_op(func, _packet_name(func), args, kwargs, out)
+        return out
 
     def _kernel(self, func, args, kwargs):
         name = _packet_name(func)
