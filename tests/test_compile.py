@@ -177,3 +177,10 @@ def test_flex_attention_in_a_fullgraph_region_is_costed_as_eager_flex_attention(
     assert any(_packet(op) in GEMMS for op in compiled[:first_flex])          # the qkv projection before it
     assert any(_packet(op) in GEMMS for op in compiled[first_flex + 1:])      # the output projection after it
     assert any(n.startswith("triton_") for n in names)                         # the rest compiled
+
+
+def test_a_static_kernel_in_a_dynamic_graph_does_not_fix_its_sizes(stub_cache):
+    """Writing a static kernel's recipe reads its inputs' sizes without turning their symbols into constants (which
+    would compile the graph again at every size, then fail)."""
+    out = run_script("compiled_dynamic_mixed.py", stub_cache)
+    assert out["graphs"] == 1

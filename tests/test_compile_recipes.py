@@ -51,8 +51,8 @@ def test_the_chain_s_recipe_recomputes_the_chain(compiled_trace):
 
 def test_every_static_kernel_of_a_training_step_rebuilds_and_runs(compiled_trace):
     """Forward, backward, RMSNorm, SiLU and their gradients, activation checkpointing: each recipe runs on the CPU
-    and stores values of the shapes and dtypes its inputs imply, and moves at least the bytes Inductor counted
-    for the kernel's reads (a recipe stores no less than the kernel does)."""
+    and stores tensors, and moves the bytes Inductor counted for the kernel within the factor 1.5 a recipe is kept
+    at."""
     _, sigs = compiled_trace
     with_recipe = [s for s in sigs if s.scalar("graph")]
     assert len(with_recipe) >= 0.8 * len(sigs) and len(with_recipe) >= 8
@@ -61,7 +61,7 @@ def test_every_static_kernel_of_a_training_step_rebuilds_and_runs(compiled_trace
         outs = kernel(*inputs)
         assert outs and all(isinstance(o, torch.Tensor) for o in outs), s.scalar("name")
         moved = sum(t.numel() * t.element_size() for t in (*inputs, *outs))
-        assert moved >= 0.5 * s.scalar("bytes"), (s.scalar("name"), moved, s.scalar("bytes"))
+        assert s.scalar("bytes") / 1.5 <= moved <= 1.5 * s.scalar("bytes"), (s.scalar("name"), moved)
 
 
 def test_profile_measures_generated_kernels_with_a_recipe(compiled_trace, tmp_path):
@@ -79,7 +79,39 @@ def test_profile_measures_generated_kernels_with_a_recipe(compiled_trace, tmp_pa
     ('{"in": [], "ops": []}', "'in', 'ops' and 'out'"),
     ('{"in": [], "ops": [["os.system", ["ls"], {}]], "out": [0]}', "not an aten or prims op"),
     ('{"in": [], "ops": [["aten.relu.default", [{"in": 0}], {}]], "out": [3]}', "does not have"),
+    ('{"in": [], "ops": [["aten.relu.default", [{"in": 0}], {}]], "out": [0]}', "input it does not list"),
+    ('{"in": [[[4], [1], "float32"]], "ops": [["aten.relu.default", [{"n": 0}], {}]], "out": [0]}',
+     "no earlier op made"),
+    ('{"in": [[[4], [1, 1], "float32"]], "ops": [["aten.relu.default", [{"in": 0}], {}]], "out": [0]}',
+     "not \\[shape, stride, dtype\\]"),
 ])
 def test_a_bad_recipe_is_refused_naming_what_is_wrong(text, says):
     with pytest.raises(PhantoraError, match=says):
         parse(text)
+
+
+@pytest.mark.parametrize("ops, says", [
+    ('[["aten.from_file.default", ["/etc/hostname", false, 4], {}]]', "string argument 'filename'"),
+    ('[["aten.fill_.Scalar", [{"in": 0}, 1.0], {}]]', "writes to its arguments"),
+])
+def test_a_recipe_cannot_read_files_or_write_its_arguments(tmp_path, ops, says):
+    """Recipes come from traces, which anyone may hand over: rebuilding one runs only functional ops, and takes
+    strings only where an op names a mode."""
+    text = '{"in": [[[4], [1], "float32"]], "ops": %s, "out": [0]}' % ops
+    with pytest.raises(PhantoraError, match=says):
+        rebuild(text, device="cpu")
+
+
+def test_the_measured_function_is_inductor_s_compilation_of_the_recipe(compiled_trace):
+    """What `phantora profile` times for a generated kernel: Inductor's own compilation of the recipe's ops (here on
+    the CPU), computing what the ops compute."""
+    import shutil
+
+    from phantora.costmodel.measure import _generated_kernel
+    if not (shutil.which("g++") or shutil.which("c++")):
+        pytest.skip("Inductor's CPU code generation needs a C++ compiler")
+    _, sigs = compiled_trace
+    chain = next(s for s in sigs if s.scalar("name") == "fused_add_mul_relu")
+    compiled, inputs, _ = _generated_kernel(chain, "cpu", 0)
+    (out,) = compiled(*inputs)
+    assert torch.equal(out, torch.relu(inputs[0] * 2 + 1))

@@ -240,3 +240,14 @@ def test_op_filter_and_remeasuring_a_databases_own_records(traces, tmp_path):
         profile_traces([], out, measure=FakeMeasure(), device=DEVICE)
     with pytest.raises(PhantoraError, match="does not exist"):
         profile_traces([], tmp_path / "none.h5", gpu=GPU, measure=FakeMeasure(), device=DEVICE, ops=["aten.mm"])
+
+
+def test_a_preset_of_this_gpu_s_name_from_a_file_is_accepted(traces, tmp_path):
+    """--gpu may be a TOML file (a power-limited copy of a preset): what must match is the GPU's name."""
+    from phantora.gpus import gpu_dir
+    a, _ = traces
+    mine = tmp_path / "my-h100.toml"
+    mine.write_text((gpu_dir() / f"{GPU}.toml").read_text().replace(f'name = "{GPU}"', 'name = "my-h100"'))
+    fake = FakeMeasure()
+    profile_traces([a], tmp_path / "p.h5", gpu=str(mine), measure=fake, device=DEVICE, echo=lambda s: None)
+    assert fake.calls

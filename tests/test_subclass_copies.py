@@ -21,3 +21,11 @@ def test_a_copy_inside_a_subclass_dispatch_is_the_same_kernel_as_outside(stub_ca
         assert copies[0]["nbytes"] == 2 * b_bytes
         assert copies[0]["duration"] > 0
     assert [op["name"].startswith("aten.mm") for op in inside] == [False, True]     # the copy, then the matmul
+
+
+def test_a_channels_last_copy_inside_a_subclass_dispatch_is_a_kernel(stub_cache, tmp_path):
+    oplog = tmp_path / "ops.jsonl"
+    run_script("subclass_contiguous.py", stub_cache, oplog=oplog)
+    ops = _sections(oplog)[4]
+    x_bytes = 8 * 64 * 32 * 32 * 2
+    assert [op["nbytes"] for op in ops if "relu" not in op["name"]] == [2 * x_bytes]

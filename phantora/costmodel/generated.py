@@ -12,6 +12,10 @@ An argument is a number, string, bool, null, a list, or an object: {"n": i} the 
 {"dtype": "bfloat16"}, {"device": "cuda"}, {"enum": "contiguous_format"} (a memory format or layout),
 {"float": "inf"}.
 
+A recipe comes from a trace, which may come from anyone: `parse` checks its structure and references, and `rebuild`
+runs only functional aten and prims ops (no op that writes to its arguments) with strings only where an op takes a
+mode by name (`rounding_mode`, `approximate`, ...; never a file name).
+
 `rebuild` makes a function of the inputs that runs the ops and returns the stored values, and inputs for it;
 `phantora profile` compiles the function with Inductor on the GPU (`torch.compile(fullgraph=True,
 dynamic=False)`, default mode) and times one call of the compiled function as it times an aten op (measure.py):
@@ -27,6 +31,9 @@ from typing import Any, Callable
 from ..errors import PhantoraError
 
 _TRUSTED_NAMESPACES = ("aten", "prims")
+_STRING_ARGUMENTS = frozenset({"rounding_mode", "approximate", "reduce", "side", "interpolation", "padding_mode",
+                               "reduction"})
+"""The only arguments a recipe may give as strings: a string elsewhere (a file name: aten.from_file) is refused."""
 
 
 def parse(recipe: str) -> dict:
@@ -46,7 +53,41 @@ def parse(recipe: str) -> dict:
             raise PhantoraError(f"op {i} of a generated kernel's recipe, {op[0]}, is not an aten or prims op")
     if not data["out"] or not all(isinstance(i, int) and 0 <= i < n for i in data["out"]):
         raise PhantoraError("a generated kernel's recipe stores values of ops it does not have")
+    for j, entry in enumerate(data["in"]):
+        if not (isinstance(entry, list) and len(entry) == 3 and all(isinstance(v, list) for v in entry[:2])
+                and len(entry[0]) == len(entry[1]) and all(isinstance(v, int) and v >= 0 for v in entry[0] + entry[1])
+                and isinstance(entry[2], str)):
+            raise PhantoraError(f"input {j} of a generated kernel's recipe is not [shape, stride, dtype]")
+    for i, (_name, args, kwargs) in enumerate(data["ops"]):
+        _check_references((args, kwargs), i, len(data["in"]))
     return data
+
+
+def _check_references(v, op_index: int, inputs: int) -> None:
+    """Every {"n": k} names an earlier op, every {"in": j} an input."""
+    if isinstance(v, (list, tuple)):
+        for x in v:
+            _check_references(x, op_index, inputs)
+    elif isinstance(v, dict):
+        if "n" in v and not (isinstance(v["n"], int) and 0 <= v["n"] < op_index):
+            raise PhantoraError(f"op {op_index} of a generated kernel's recipe reads a value no earlier op made")
+        if "in" in v and not (isinstance(v["in"], int) and 0 <= v["in"] < inputs):
+            raise PhantoraError(f"op {op_index} of a generated kernel's recipe reads an input it does not list")
+        if not ({"n", "in", "dtype", "device", "enum", "float"} & set(v)):
+            for x in v.values():
+                _check_references(x, op_index, inputs)
+
+
+def _check_op(name: str, op, args: list, kwargs: dict) -> None:
+    """Only functional ops, and strings only where an op takes a mode by name (no file names)."""
+    schema = op._schema
+    if schema.is_mutable:
+        raise PhantoraError(f"a generated kernel's recipe calls {name}, which writes to its arguments")
+    names = [a.name for a in schema.arguments]
+    for pos, value in [*enumerate(args), *kwargs.items()]:
+        arg = names[pos] if isinstance(pos, int) and pos < len(names) else pos
+        if isinstance(value, str) and arg not in _STRING_ARGUMENTS:
+            raise PhantoraError(f"a generated kernel's recipe gives {name} the string argument {arg!r}")
 
 
 def _decoder(values: list, inputs: list) -> Callable[[Any], Any]:
@@ -81,7 +122,11 @@ def rebuild(recipe: str, device: str = "cuda", seed: int = 0) -> tuple[Callable[
     from .measure import make_tensor, resolve_op
 
     data = parse(recipe)
-    ops = [(resolve_op(name), args, kwargs) for name, args, kwargs in data["ops"]]
+    ops = []
+    for name, args, kwargs in data["ops"]:
+        op = resolve_op(name)                   # a PhantoraError for a name this torch lacks
+        _check_op(name, op, args, kwargs)
+        ops.append((op, args, kwargs))
     gen = torch.Generator(device=torch.device(device)).manual_seed(seed)
     inputs = []
     for entry in data["in"]:

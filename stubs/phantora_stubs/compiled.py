@@ -240,18 +240,15 @@ def _holder(buf: Any, first: list[int], others: list[int], fx_nodes: list) -> in
     """The FX node whose value a buffer holds: its origin node, else the latest of its origins, of the buffer's
     sizes and dtype (a buffer realized as an extern kernel's input names that kernel among its origins)."""
     try:
-        size = [int(s) for s in buf.get_size()]
+        size = [int(s) for s in buf.get_size()]       # sympy integers; a symbolic size raises TypeError
         dtype = buf.get_dtype()
     except (TypeError, ValueError, NotImplementedError, AttributeError):
         return None
     for i in (*first, *others):
         val = fx_nodes[i].meta.get("val")
-        if isinstance(val, torch.Tensor) and val.dtype == dtype:
-            try:
-                if [int(s) for s in val.shape] == size:
-                    return i
-            except (TypeError, ValueError):
-                return None
+        if isinstance(val, torch.Tensor) and val.dtype == dtype and list(val.shape) == size \
+                and all(isinstance(s, int) for s in val.shape):
+            return i
     return None
 
 
@@ -444,7 +441,7 @@ def _wrap_torch_compile(original):
     def compile(model: Any = None, *args: Any, **kwargs: Any) -> Any:
         if getattr(model, "__module__", None) == _EAGER_MODULE:
             # torch.compile(flex_attention) / torch.compile(create_block_mask), as TorchTitan does: Inductor would
-            # make a Triton template of it (FLEX_UNSUPPORTED); simulated as the eager higher-order op instead
+            # make a Triton template of it; simulated as the eager higher-order op instead
             STATS.eager_flex += 1
             return model
         mode = kwargs.get("mode")

@@ -341,6 +341,10 @@ class Interceptor(TorchDispatchMode):
         operands so)."""
         outs = _tensors(out)
         device = _cuda_index(outs)
+        if kwargs.get("memory_format") not in (None, torch.contiguous_format):
+            # contiguous(memory_format=channels_last) of a row-major input: the cost model's view rule reads strides
+            # against row-major only, so the copy is costed as the clone it is
+            func, args, kwargs = torch.ops.aten.clone.default, args[:1], kwargs
         if device is not None:
             self._emit_kernel(func, args, kwargs, device, self.mem.track(outs))
         else:

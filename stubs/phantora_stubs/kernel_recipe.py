@@ -21,9 +21,20 @@ class _NoRecipe(Exception):
     pass
 
 
+def static_ints(xs: Any) -> list[int]:
+    """Sizes or strides as ints; _NoRecipe where one is symbolic (int() of a SymInt would specialize the graph's
+    shape environment to the size at hand: a torch.SymInt is not an int)."""
+    out = []
+    for x in xs:
+        if not isinstance(x, int):
+            raise _NoRecipe
+        out.append(x)
+    return out
+
+
 def _target_name(target: Any) -> str:
-    if not isinstance(target, torch._ops.OpOverload):
-        raise _NoRecipe
+    if not isinstance(target, torch._ops.OpOverload) or target._schema.is_mutable:
+        raise _NoRecipe             # post-grad graphs' kernels are functional; a mutating op is not rebuilt
     ns, rest = target.name().split("::", 1)
     if ns not in _NAMESPACES:
         raise _NoRecipe
@@ -36,10 +47,9 @@ def _tensor_meta(node: torch.fx.Node) -> list:
     if not isinstance(val, torch.Tensor):
         raise _NoRecipe
     try:
-        shape = [int(s) for s in val.shape]
-        stride = [int(s) for s in val.stride()]
-    except (TypeError, ValueError, RuntimeError):
-        raise _NoRecipe from None       # symbolic sizes: no static recipe
+        shape, stride = static_ints(val.shape), static_ints(val.stride())
+    except RuntimeError:
+        raise _NoRecipe from None       # no strides (sparse, nested)
     return [shape, stride, str(val.dtype).removeprefix("torch.")]
 
 
