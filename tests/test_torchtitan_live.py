@@ -47,11 +47,11 @@ PEAK_RE = re.compile(r"Peak FLOPS used for computing MFU:\s*([\d.e+]+)")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
-def run_rank(argv: list[str], cache: Path, cwd: Path, timeout: int) -> str:
+def run_rank(argv: list[str], cache: Path, cwd: Path, timeout: int, **extra_env: str) -> str:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PHANTORA_")}
     env.update(PYTHONPATH=f"{ROOT / 'stubs'}{os.pathsep}{ROOT}", PHANTORA_RANK="0", PHANTORA_WORLD_SIZE=str(WORLD),
                PHANTORA_RUNTIME="local", PHANTORA_GPU=GPU, XDG_CACHE_HOME=str(cache),
-               HF_DATASETS_CACHE=str(cwd / "hf-cache"), HF_HUB_OFFLINE="1")
+               HF_DATASETS_CACHE=str(cwd / "hf-cache"), HF_HUB_OFFLINE="1", **extra_env)
     proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout, cwd=str(cwd))
     out = ANSI.sub("", proc.stdout + proc.stderr)
     assert proc.returncode == 0, f"torchtitan failed:\n{out[-5000:]}"
@@ -119,6 +119,30 @@ def test_debugmodel_steps_obey_physics(stub_cache, tmp_path):
     out = run_rank(argv, stub_cache, tmp_path, timeout=300)
     rows = check_physics(out, "llama3-debug", seq_len, steps)
     assert all(r["tps"] > 0 for r in rows)
+
+
+def test_debugmodel_trains_compiled_with_its_flex_attention(stub_cache, tmp_path):
+    """TorchTitan's default attention backend is flex, and its per-block compile asks for whole graphs: the debug
+    model trains compiled, with no graph break, its flex attention forward and backward in the compiled blocks, and
+    its other work in generated kernels."""
+    import json
+
+    seq_len, steps = 2048, 3
+    assets = write_torchtitan_assets(tmp_path / "assets", model="llama3-debug", documents=32,
+                                     words_per_document=2048)
+    argv = torchtitan_argv("llama3-debug", assets_dir=assets.root, steps=steps, seq_len=seq_len, local_batch=8,
+                           python=sys.executable, extra=["--compile.enable"])
+    oplog = tmp_path / "ops.jsonl"
+    out = run_rank(argv, stub_cache, tmp_path, timeout=600, PHANTORA_OPLOG=str(oplog))
+    check_physics(out, "llama3-debug", seq_len, steps)
+    report = re.search(r"torch\.compile: (\d+) frame\(s\) compiled .*?, (\d+) graph break\(s\)", out)
+    assert report is not None, out[-3000:]
+    assert int(report.group(1)) >= 1 and int(report.group(2)) == 0
+    names = [json.loads(line)["name"] for line in oplog.read_text().splitlines() if '"KERNEL"' in line]
+    layers = load_model("llama3-debug").n_layers
+    assert names.count("flex_attention") == steps * layers
+    assert names.count("flex_attention_backward") == steps * layers
+    assert any(n.startswith("triton_") for n in names)
 
 
 @pytest.mark.slow
