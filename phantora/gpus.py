@@ -108,6 +108,14 @@ class GPUSpec:
         return int(major) * 10 + int(minor)
 
 
+def same_device(a: str, b: str) -> bool:
+    """Whether two device names (a preset's display_name, torch.cuda.get_device_name()) name the same GPU: case,
+    spacing and the "NVIDIA" prefix aside."""
+    def key(s: str) -> str:
+        return " ".join(s.lower().replace("nvidia", "").split())
+    return key(a) == key(b)
+
+
 def gpu_dir() -> Path:
     return presets_dir() / "gpus"
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from ..engine.ops import CostSource
 from ..errors import PhantoraError
-from ..gpus import GPUSpec, load_gpu
+from ..gpus import GPUSpec, load_gpu, same_device
 from .cost import Cost
 from .families import work
 from .interpolate import MatmulInterpolator
@@ -32,10 +32,6 @@ from .signature import Signature
 
 if TYPE_CHECKING:
     from .profiledb import ProfileDB
-
-
-def _norm_name(s: str) -> str:
-    return " ".join(s.lower().replace("nvidia", "").split())
 
 
 class CostModel:
@@ -78,8 +74,7 @@ class CostModel:
 
             if cuda_available():
                 local = local_device_name()
-                if not allow_other_live_gpu and gpu.display_name and _norm_name(local) != _norm_name(
-                        gpu.display_name):
+                if not allow_other_live_gpu and gpu.display_name and not same_device(local, gpu.display_name):
                     raise PhantoraError(f"live measurement would time '{local}', but the simulated GPU is "
                                         f"'{gpu.display_name}'; simulate the local GPU, or pass "
                                         "allow_other_live_gpu=True to accept its timings")

@@ -91,15 +91,11 @@ def describe(sig: Signature) -> str:
     return f"{sig.op}({', '.join(tensors)})"
 
 
-def _same_name(name: str) -> str:
-    return " ".join(name.lower().replace("nvidia", "").split())
-
-
 def guess_gpu(device_name: str) -> str | None:
     """The GPU preset whose display name matches the local device's name, if exactly one does."""
-    from ..gpus import list_gpus, load_gpu
+    from ..gpus import list_gpus, load_gpu, same_device
 
-    hits = [name for name in list_gpus() if load_gpu(name).display_name.strip().lower() == device_name.strip().lower()]
+    hits = [name for name in list_gpus() if same_device(load_gpu(name).display_name, device_name)]
     return hits[0] if len(hits) == 1 else None
 
 
@@ -142,7 +138,7 @@ def profile_traces(traces: Sequence[str | Path], out: str | Path, *, gpu: str | 
     to this machine's; without a CUDA GPU that is a PhantoraError. `gpu` is the GPU preset name (default: the
     preset whose display name is the device's name).
     """
-    from ..gpus import load_gpu
+    from ..gpus import load_gpu, same_device
 
     if not traces and not ops:
         raise PhantoraError("phantora profile needs at least one trace, or --op to re-measure records of the "
@@ -163,7 +159,7 @@ def profile_traces(traces: Sequence[str | Path], out: str | Path, *, gpu: str | 
             raise PhantoraError(f"cannot tell which GPU preset '{device_name}' is; pass --gpu PRESET "
                                 f"(see `phantora presets`)")
     spec = load_gpu(gpu)                                        # an unknown preset is a PresetError
-    if device_name and _same_name(spec.display_name) != _same_name(device_name):
+    if device_name and not same_device(spec.display_name, device_name):
         here = guess_gpu(device_name)
         raise PhantoraError(f"this machine's GPU is {device_name}{f' (preset {here})' if here else ''}, not "
                             f"{spec.display_name} ({gpu}): its times would be recorded as that GPU's; profile "

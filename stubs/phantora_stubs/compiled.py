@@ -26,6 +26,7 @@ recompilation when a guard fails, a frame first reached later) charges `COMPILE_
 from __future__ import annotations
 
 import atexit
+import collections
 import contextlib
 import functools
 import os
@@ -225,13 +226,13 @@ def _plan(graph: Any) -> tuple[list[_Kernel], set[int], set[int]]:
                          if isinstance(per_output, int) else ops * numel * per_output,
                          max(origins), device.index or 0)
         if not kernel.symbolic():
-            kernel.recipe, kernel.stores = _recipe(snode, fx_nodes, value_of, set(origins), nbytes)
+            kernel.recipe, kernel.stores = _recipe(snode, fx_nodes, index, value_of, set(origins), nbytes)
         kernels.append(kernel)
     # a value two kernels store (a reduction Inductor splits in two stores its partial and its final result under
     # the same FX node): a recipe of either would time both
-    stored = [i for k in kernels for i in k.stores]
+    stored = collections.Counter(i for k in kernels for i in k.stores)
     for k in kernels:
-        if any(stored.count(i) > 1 for i in k.stores):
+        if any(stored[i] > 1 for i in k.stores):
             k.recipe = None
     return kernels, extern, materialized
 
@@ -252,7 +253,7 @@ def _holder(buf: Any, first: list[int], others: list[int], fx_nodes: list) -> in
     return None
 
 
-def _recipe(snode: Any, fx_nodes: list, value_of: dict[str, int], origins: set[int],
+def _recipe(snode: Any, fx_nodes: list, index: dict, value_of: dict[str, int], origins: set[int],
             nbytes: int) -> tuple[str | None, tuple[int, ...]]:
     """(recipe, FX nodes of the values it stores) of a generated kernel: the ops from what it reads (buffers of other
     kernels, graph inputs) to what it stores (buffers a node outside the kernel uses). None where a buffer cannot be
@@ -273,7 +274,6 @@ def _recipe(snode: Any, fx_nodes: list, value_of: dict[str, int], origins: set[i
     if boundary & set(out_nodes):
         return None, tuple(out_nodes)
     inside: set[int] = set()
-    index = {n: i for i, n in enumerate(fx_nodes)}
     todo = list(out_nodes)
     while todo:
         i = todo.pop()
