@@ -60,6 +60,9 @@ class GPUSpec:
     # the fraction of its architecture's efficiency-table memory rates this GPU's kernels reach, measured on its
     # profile (costmodel.roofline.memory_scale); 1.0 for the GPU the table was fitted on and unmeasured GPUs
     roofline_memory_scale: float = 1.0
+    # what CUDA events add to a kernel timed alone on this GPU (the profile's way) beyond the time it holds a busy
+    # stream, µs (phantora.probes.streamprobe); None where not measured: the efficiency table's (docs/cost-model.md)
+    event_overhead_us: float | None = None
     sources: dict[str, str] = field(default_factory=dict)   # field name -> citation
     notes: str = ""
 
@@ -76,6 +79,11 @@ class GPUSpec:
         if self.roofline_memory_scale > 1.0:
             raise PresetError("roofline_memory_scale is a fraction of the efficiency table's rates, at most 1",
                               key="roofline_memory_scale")
+        if self.event_overhead_us is not None:
+            check_number(self.event_overhead_us, "event_overhead_us", nonnegative=True)
+            if self.event_overhead_us >= 20.0:
+                raise PresetError("an event overhead is a few microseconds; this is not plausible",
+                                  key="event_overhead_us")
         for dtype, value in self.peak_tflops.items():
             check_number(value, f"peak_tflops.{dtype}", nonnegative=True)
         check_number(self.peak_tflops["fp32"], "peak_tflops.fp32", positive=True)   # the fallback of every dtype

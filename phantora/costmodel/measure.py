@@ -12,6 +12,7 @@ Timing (`measure_signature`): warm-up runs, then each timed run is
     L2 flush (zeroing a buffer of max(256 MiB, 3 x L2)) -> GPU spin (torch.cuda._sleep) -> start event -> op -> end event
 The spin keeps the GPU busy while the host enqueues the op, so the events bracket the op's GPU time only, without
 the host's dispatch time (the engine models that separately) and with a cold L2 (training working sets exceed it).
+They also hold the events' own overhead (about 2.4 µs on Hopper), which the cost model subtracts (model.py).
 """
 
 from __future__ import annotations
@@ -438,6 +439,39 @@ def _flush_buffer(device_index: int) -> Any:
     return buf
 
 
+def time_on_gpu(fn: Any, dev: Any, repeats: int = DEFAULT_REPEATS, *, warmup: int = DEFAULT_WARMUP,
+                flush_l2: bool = True) -> list[float]:
+    """GPU time of `fn()` in microseconds, once per timed run, as the profile times a kernel (module docstring):
+    CUDA events around one call, the L2 flushed and the GPU kept busy by a spin while the host enqueues it."""
+    import torch
+
+    for _ in range(max(1, warmup)):
+        fn()
+    torch.cuda.synchronize(dev)
+    h0 = time.perf_counter()
+    fn()
+    torch.cuda.synchronize(dev)
+    one = time.perf_counter() - h0
+    n = max(3, min(repeats, int(TIME_BUDGET_S / max(one, 1e-6))))
+    h0 = time.perf_counter()
+    fn()                                           # host dispatch time, GPU not awaited
+    host_us = (time.perf_counter() - h0) * 1e6
+    torch.cuda.synchronize(dev)
+    spin = int(_SPIN_CYCLES_PER_US * (2.0 * host_us + 50.0))
+    flush = _flush_buffer(dev.index) if flush_l2 else None
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+    for i in range(n):
+        if flush is not None:
+            flush.zero_()
+        torch.cuda._sleep(spin)
+        starts[i].record()
+        fn()
+        ends[i].record()
+    torch.cuda.synchronize(dev)
+    return [s.elapsed_time(e) * 1000.0 for s, e in zip(starts, ends)]
+
+
 def measure_signature(sig: Signature, repeats: int = DEFAULT_REPEATS, *, warmup: int = DEFAULT_WARMUP,
                       flush_l2: bool = True, device: str = "cuda", seed: int = 0) -> list[float]:
     """GPU time of one call of the signature's op, in microseconds, once per timed run (see module docstring)."""
@@ -463,31 +497,7 @@ def measure_signature(sig: Signature, repeats: int = DEFAULT_REPEATS, *, warmup:
             def fn() -> None:
                 op(*args, **kwargs)
 
-            for _ in range(max(1, warmup)):
-                fn()
-            torch.cuda.synchronize(dev)
-            h0 = time.perf_counter()
-            fn()
-            torch.cuda.synchronize(dev)
-            one = time.perf_counter() - h0
-            n = max(3, min(repeats, int(TIME_BUDGET_S / max(one, 1e-6))))
-            h0 = time.perf_counter()
-            fn()                                           # host dispatch time, GPU not awaited
-            host_us = (time.perf_counter() - h0) * 1e6
-            torch.cuda.synchronize(dev)
-            spin = int(_SPIN_CYCLES_PER_US * (2.0 * host_us + 50.0))
-            flush = _flush_buffer(dev.index) if flush_l2 else None
-            starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
-            ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
-            for i in range(n):
-                if flush is not None:
-                    flush.zero_()
-                torch.cuda._sleep(spin)
-                starts[i].record()
-                fn()
-                ends[i].record()
-            torch.cuda.synchronize(dev)
-            return [s.elapsed_time(e) * 1000.0 for s, e in zip(starts, ends)]
+            return time_on_gpu(fn, dev, repeats, warmup=warmup, flush_l2=flush_l2)
         except PhantoraError:
             raise
         except Exception as e:  # noqa: BLE001 - an op that fails on this GPU/torch is reported, not fatal

@@ -11,12 +11,18 @@ Order of sources for a signature that launches a kernel:
                the clock the limit leaves: costmodel/power.py);
 5. ROOFLINE  - FLOPs and bytes against this GPU's peaks and per-family efficiencies.
 
+Every source is a time between two CUDA events around the op, run alone (or fitted on such times); what the op adds
+to a busy stream is that less the events' own overhead (the GPU preset's `event_overhead_us`, measured by
+phantora.probes.streamprobe; the efficiency table's for roofline costs and GPUs not measured), and at least the
+stream time of as many empty kernels as the op launches. Durations returned are stream times.
+
 Views, metadata, allocation-only ops and collectives cost nothing here (`is_view=True`, source NONE); collectives
 are the network model's. Every result is cached by signature (the same signature repeats thousands of times a run).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ..engine.ops import CostSource
@@ -64,6 +70,12 @@ class CostModel:
             # limit). Otherwise each GPU is modelled with its own architecture's table.
             same_arch = other.arch.lower() == gpu.arch.lower()
             self.fallback_roofline = RooflineModel(other, self.roofline.table if same_arch else None)
+        table = self.roofline.table
+        self.event_overhead_s = _event_overhead_s(gpu, table)
+        self.fallback_event_overhead_s = (_event_overhead_s(other, self.fallback_roofline.table)
+                                          if other is not None and self.fallback_roofline is not None else 0.0)
+        self._roofline_overhead_s = table.event_overhead_s
+        self._empty_kernel_s = max(table.latency_s - table.event_overhead_s, 0.0)   # an empty kernel on a stream
         self._interp = MatmulInterpolator(profile_db) if (profile_db is not None and interpolate) else None
         self._fallback_interp = MatmulInterpolator(fallback_gpu_db) if (fallback_gpu_db is not None and interpolate) \
             else None
@@ -120,7 +132,8 @@ class CostModel:
         if self.profile_db is not None:
             rec = self.profile_db.lookup(key)
             if rec is not None:
-                return Cost(rec.median_us * 1e-6, w.flops, w.nbytes, w.family, CostSource.PROFILE)
+                return Cost(self._on_stream(rec.median_us * 1e-6, w, self.event_overhead_s), w.flops, w.nbytes,
+                            w.family, CostSource.PROFILE)
         if self.measure_live and not w.xfer:
             from .measure import measure_signature
 
@@ -132,11 +145,13 @@ class CostModel:
                     samples = []
                 self.live[key] = samples
             if samples:
-                return Cost(summarize(samples).median_us * 1e-6, w.flops, w.nbytes, w.family, CostSource.MEASURED)
+                return Cost(self._on_stream(summarize(samples).median_us * 1e-6, w, self.event_overhead_s), w.flops,
+                            w.nbytes, w.family, CostSource.MEASURED)
         if self._interp is not None:
             r = self._interp.estimate(sig, self.roofline)
             if r is not None:
-                return Cost(r[0], w.flops, w.nbytes, w.family, CostSource.PROFILE, detail="interpolated")
+                return Cost(self._on_stream(r[0], w, self.event_overhead_s), w.flops, w.nbytes, w.family,
+                            CostSource.PROFILE, detail="interpolated")
         if self.fallback_db is not None and self.fallback_roofline is not None:
             rec = self.fallback_db.lookup(key)
             other_t, detail = None, ""
@@ -150,6 +165,18 @@ class CostModel:
                 here = self.roofline.duration(w)
                 there = self.fallback_roofline.duration(w)
                 if there > 0:
-                    return Cost(other_t * here / there, w.flops, w.nbytes, w.family, CostSource.CROSS_GPU,
-                                detail=detail)
-        return self.roofline.cost_of(w)
+                    t = self._on_stream(other_t, w, self.fallback_event_overhead_s) * here / there
+                    return Cost(t, w.flops, w.nbytes, w.family, CostSource.CROSS_GPU, detail=detail)
+        c = self.roofline.cost_of(w)
+        return replace(c, duration_s=self._on_stream(c.duration_s, w, self._roofline_overhead_s))
+
+    def _on_stream(self, event_s: float, w, overhead_s: float) -> float:
+        """A CUDA-event time of an op as the time it holds a busy stream (module docstring)."""
+        if event_s <= 0.0:
+            return event_s
+        return max(event_s - overhead_s, w.launches * self._empty_kernel_s)
+
+
+def _event_overhead_s(gpu: GPUSpec, table: EfficiencyTable) -> float:
+    """What CUDA events add to a kernel timed alone on `gpu`: its preset's, else its efficiency table's."""
+    return gpu.event_overhead_us * 1e-6 if gpu.event_overhead_us is not None else table.event_overhead_s

@@ -63,6 +63,9 @@ class EfficiencyTable:
     pcie_efficiency: float = 0.80      # fraction of the nominal host link reached by large pinned copies
     provenance: str = ""
     samples: Mapping[str, int] = field(default_factory=dict)   # measured samples behind each fitted family
+    # the CUDA events' share of every time the table was fitted on (latency_s included): what they add to a kernel
+    # beyond the time it holds a busy stream on the GPU the table was fitted on (the cost model subtracts it)
+    event_overhead_s: float = 0.0
 
     def get(self, family: str) -> FamilyEfficiency:
         e = self.families.get(family)
@@ -87,9 +90,13 @@ class EfficiencyTable:
             raise PhantoraError(f"efficiency table: latency {self.latency_s} s is not plausible")
         if not (0.0 < self.pcie_efficiency <= 1.0):
             raise PhantoraError("efficiency table: pcie_efficiency must be in (0, 1]")
+        if not (0.0 <= self.event_overhead_s <= self.latency_s):
+            raise PhantoraError(f"efficiency table: event overhead {self.event_overhead_s} s must be within its "
+                                f"latency {self.latency_s} s")
 
     def to_dict(self) -> dict:
         return {"latency_s": self.latency_s, "pcie_efficiency": self.pcie_efficiency, "provenance": self.provenance,
+                "event_overhead_s": self.event_overhead_s,
                 "samples": dict(self.samples),
                 "families": {k: {"compute": v.compute, "memory": v.memory, "w0_flops": v.w0_flops,
                                  "b0_bytes": v.b0_bytes} for k, v in self.families.items()}}
@@ -100,7 +107,8 @@ class EfficiencyTable:
             t = cls({k: FamilyEfficiency(float(v["compute"]), float(v["memory"]), float(v.get("w0_flops", 0.0)),
                                          float(v.get("b0_bytes", 0.0))) for k, v in d["families"].items()},
                     float(d.get("latency_s", 2.5e-6)), float(d.get("pcie_efficiency", 0.8)),
-                    str(d.get("provenance", "")), dict(d.get("samples", {})))
+                    str(d.get("provenance", "")), dict(d.get("samples", {})),
+                    float(d.get("event_overhead_s", 0.0)))
         except (KeyError, TypeError, ValueError) as e:
             raise PhantoraError(f"malformed efficiency table: {e}") from None
         t.validate()
@@ -163,6 +171,9 @@ _HOPPER: dict[str, tuple[float, float, float, float]] = {
     "op:silu": (0.5, 0.906, 0.0, 3.58e6),
 }
 HOPPER_LATENCY_S = 4.0e-6    # 10th percentile of the CUDA-event times of near-empty kernels on the H100
+# The H100's event overhead (its preset's event_overhead_us, presets/profiles/stream/): the table was fitted on
+# CUDA-event times of that GPU
+HOPPER_EVENT_OVERHEAD_S = 2.3e-6
 
 # Ampere has no measured profile yet. Its table is Hopper's with (a) the saturation constants rescaled to the same
 # ramp time on A100's peaks (w0 x 312/989.4, b0 x 2039/3350, A100 vs H100 SXM datasheets), and (b) the tensor-core
@@ -194,7 +205,7 @@ def _ampere_from_hopper() -> dict[str, tuple[float, float, float, float]]:
 
 def _table(raw: Mapping[str, tuple[float, float, float, float]], latency: float, provenance: str) -> EfficiencyTable:
     return EfficiencyTable({k: FamilyEfficiency(c, m, w0, b0) for k, (c, m, w0, b0) in raw.items()}, latency,
-                           provenance=provenance)
+                           provenance=provenance, event_overhead_s=HOPPER_EVENT_OVERHEAD_S)
 
 
 DEFAULT_TABLES: dict[str, EfficiencyTable] = {
@@ -502,6 +513,7 @@ def fit_efficiencies(profile_db: "ProfileDB", gpu: GPUSpec, base: EfficiencyTabl
     meta = profile_db.meta
     prov = (f"fitted {datetime.now(timezone.utc).strftime('%Y-%m-%d')} from {len(samples)} samples of "
             f"{meta.get('gpu', '?')} (driver {meta.get('driver', '?')}, torch {meta.get('torch_version', '?')})")
-    table = EfficiencyTable(entries, latency, base.pcie_efficiency, prov, counts)
+    overhead = (gpu.event_overhead_us * 1e-6 if gpu.event_overhead_us is not None else base.event_overhead_s)
+    table = EfficiencyTable(entries, latency, base.pcie_efficiency, prov, counts, min(overhead, latency))
     table.validate()
     return table
