@@ -12,6 +12,7 @@ import re
 import pytest
 
 from phantora.paths import groundtruth_dir
+from groundtruth_scripts import load_script
 from test_live_run import DETERMINISTIC, phantora_run
 
 RUNS = [("h100-sxm-80gb", "h100-hgx", "s4096-b2-none"), ("h100-sxm-80gb", "h100-hgx", "s8192-b1-sel"),
@@ -38,13 +39,7 @@ def test_single_gpu_step_matches_the_measured_step(gpu, cluster, name):
 
 
 def _compare_module():
-    import importlib.util
-
-    path = groundtruth_dir() / "insitu" / "compare_kernels.py"
-    spec = importlib.util.spec_from_file_location("compare_kernels", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("insitu/compare_kernels.py")
 
 
 def _timeline(path, kernels):

@@ -6,9 +6,11 @@ Each pair is the same per-GPU step on one GPU and with FSDP over two (`llama.py 
 Each kernel launch of the two-GPU run is matched to the one-GPU median of its name's nearest duration cluster
 (compare_kernels.py); `f` is the share of the launch's time that overlaps a NCCL kernel of its rank. Per class
 (GEMMs and attention; other, HBM-bound kernels) it fits, weighted by the one-GPU time, ratio = a (1 + (s - 1) f):
-`a` is the two-GPU run's slowdown where no collective runs beside the kernel, `s` the factor while one does (the
-engine's `[nccl] sharing_compute` and `sharing_memory`, docs/network-model.md). Prints one line per pair and class
-and the fit over all pairs.
+`a` is the two-GPU run's slowdown where no collective runs beside the kernel, `s` the factor while one does. The
+engine has no `a`: it slows a kernel only for the time a collective overlaps it, by its factor less one. Its factors
+(`[nccl] sharing_compute` and `sharing_memory`, docs/network-model.md) are the ones that give the two-GPU steps
+their whole extra kernel time: 1 + (the class's two-GPU time less its one-GPU time) / (its time overlapped by NCCL),
+the `engine` column. Prints one line per pair and class and the fits over all pairs.
 """
 
 from __future__ import annotations
@@ -60,6 +62,13 @@ def fit(rows: list[tuple[float, float, float]]) -> tuple[float, float, float]:
     return a, 1 + b / a, float((f * w * w).sum() / (w * w).sum())
 
 
+def engine_factor(rows: list[tuple[float, float, float]]) -> float:
+    """The engine's factor: 1 + extra time / overlapped time, both in one-GPU time (see the module docstring)."""
+    extra = sum(two - one for _f, two, one in rows)
+    overlapped = sum(f * one for f, _two, one in rows)
+    return 1.0 + extra / overlapped if overlapped > 0 else 1.0
+
+
 def main(paths: list[str]) -> None:
     if len(paths) < 2 or len(paths) % 2:
         sys.exit(__doc__)
@@ -70,10 +79,11 @@ def main(paths: list[str]) -> None:
             a, s, mf = fit(got[cls])
             pooled[cls] += got[cls]
             print(f"{Path(other).parent.name:28s} {label:20s} alone x{a:.3f}  beside NCCL x{s:.3f}  "
-                  f"(mean overlap {mf:.2f}, {len(got[cls])} launches)")
+                  f"engine x{engine_factor(got[cls]):.3f}  (mean overlap {mf:.2f}, {len(got[cls])} launches)")
     for cls, label in ((True, "GEMMs and attention"), (False, "other kernels")):
         a, s, _ = fit(pooled[cls])
-        print(f"{'all pairs':28s} {label:20s} alone x{a:.3f}  beside NCCL x{s:.3f}")
+        print(f"{'all pairs':28s} {label:20s} alone x{a:.3f}  beside NCCL x{s:.3f}  "
+              f"engine x{engine_factor(pooled[cls]):.3f}")
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ window, and the collective alone and while the kernel runs back to back beside i
 a window of about `--seconds`; rank 0 writes them with the GPU, torch and NCCL versions and the NCCL_* settings of
 the run (run it again under NCCL_MAX_NCHANNELS=... to see the effect of the channel count). Nothing is changed on
 the GPU (no clock or power setting). docs/network-model.md ("Collectives and kernels sharing a GPU") summarizes
-what it measured; the engine does not model the slowdown yet.
+what it measured; the engine models the sharing with factors fitted in situ (groundtruth/insitu/sharing_fit.py).
 """
 
 from __future__ import annotations
