@@ -159,11 +159,13 @@ class LiveRunner:
         self.timeout_s = timeout_s
 
     def command(self, case: Case, trace: Path, summary: Path) -> list[str]:
-        rec = case.record
+        wl = case.record.workload
+        # a language model's tokens and FLOPs for the run's throughput and MFU lines; other workloads have none
+        lm = [] if wl.task == "other" else ["--tokens-per-iteration", str(wl.tokens_per_step), "--model", wl.model,
+                                            "--seq", str(wl.seq_len)]
         return [*self.phantora, "run", "--cluster", case.cluster, "--nodes", str(case.nodes), "--ranks", self.ranks,
-                "--trace", str(trace), "--summary-json", str(summary),
-                "--tokens-per-iteration", str(rec.workload.tokens_per_step), "--model", rec.workload.model,
-                "--seq", str(rec.workload.seq_len), *case.run_options, "--", *case.command]
+                "--trace", str(trace), "--summary-json", str(summary), *lm, *case.run_options, "--",
+                *case.command]
 
     def __call__(self, case: Case, workdir: Path) -> SimResult:
         if not case.runnable:

@@ -3,8 +3,9 @@
     python groundtruth/deepspeed/make_records.py groundtruth/deepspeed/h200x2
 
 Each <name>.json of presets/workloads/deepspeed_gpt.py becomes groundtruth/deepspeed/<gpu>-<gpus>-<name>.toml, checked
-as `phantora groundtruth submit` checks a record. The ResNet-50 rows (deepspeed_resnet.py) stay raw data: the record
-schema describes transformer models only. The GPU is read from the folder's system*.txt (nvidia-smi's name).
+as `phantora groundtruth submit` checks a record; so do those of the workloads that are not language models
+(deepspeed_resnet.py, deepspeed_unet.py, deepspeed_gat.py), as records with `task = "other"` measured by their
+iteration time. The GPU is read from the folder's system*.txt (nvidia-smi's name).
 """
 
 from __future__ import annotations
@@ -69,12 +70,59 @@ def record_of(path: Path) -> Record:
     )
 
 
+OTHER_WORKLOADS = {"deepspeed_resnet": "ResNet-50 (224 x 224 images)", "deepspeed_unet":
+                   "Stable Diffusion 1.5's UNet (diffusers, 64 x 64 latents)", "deepspeed_gat":
+                   "a 3-layer GAT (torch_geometric GATConv, 8 heads x 64) on one full graph of ogbn-arxiv's sizes"}
+
+
+def other_record_of(path: Path, date: str) -> Record:
+    """The record of a workload that is not a language model: samples per step, its iteration time."""
+    d = json.loads(path.read_text())
+    c = d["config"]
+    gpus = c["world_size"]
+    name = path.stem
+    micro = c.get("micro_batch", 1)
+    options: dict = {"zero": c["zero"]}
+    if c.get("offload_optimizer", "none") != "none":
+        options["offload_optimizer"] = c["offload_optimizer"]
+    if c.get("torch_adam"):
+        options["torch_adam"] = True
+    folder = path.parent.relative_to(Path(__file__).resolve().parent.parent.parent)
+    measured = host_of(path.parent)
+    spread = f"{min(d['step_times_s'][1:]) * 1e3:.1f}-{max(d['step_times_s'][1:]) * 1e3:.1f} ms"
+    return Record(
+        id=f"{measured.prefix}-{gpus}-{name}", suite="deepspeed",
+        notes=(f"presets/workloads/{d['workload']}.py: {OTHER_WORKLOADS[d['workload']]} (DeepSpeed 0.19.8, "
+               f"FusedAdam, ZeRO {c['zero']}) on {gpus} GPU(s) of {measured.words}, {c['steps']} steps, median of "
+               f"steps 2-{c['steps']} (the workload's SUMMARY; those steps took {spread}). Not a language model: "
+               f"samples per step, no tokens or model FLOPs. Peak memory (torch.cuda.max_memory_allocated) was "
+               f"{d['peak_mem_gib']:.2f} GiB; not recorded as a metric because the simulation reports reserved "
+               f"memory. Raw output: {folder}/{name}.log and .json; command: groundtruth/deepspeed/measure.sh."),
+        source=Source(date=date, contributor=f"phantora maintainers (measured on {gpus} GPU(s) of {measured.words})",
+                      version=f"presets/workloads/{d['workload']}.py, deepspeed 0.19.8",
+                      section=f"{folder}/{name}.json"),
+        hardware=Hardware(gpu=measured.gpu, gpus=gpus, hosts=1, gpus_per_host=gpus,
+                          cluster=measured.cluster(gpus), intra_host_link="nvswitch",
+                          inter_host_gbps_per_gpu=0.0, inter_host_link="none (one host)"),
+        workload=Workload(framework="deepspeed", framework_version="0.19.8", model=d["model"], micro_batch=micro,
+                          global_batch=micro * c.get("grad_accum", 1) * gpus, seq_len=1,
+                          activation_checkpointing="none", parallelism=Parallelism(dp_replicate=gpus),
+                          precision=c["precision"], torch_version="2.11.0+cu130",
+                          optimizer="AdamW (FusedAdam, fp32 master)", options=options, task="other"),
+        metrics=Metrics(iteration_s=round(d["median_step_s"], 5)),
+    )
+
+
 def main(folder: str) -> None:
     out = Path(__file__).resolve().parent
     for path in sorted(Path(folder).resolve().glob("*.json")):
-        if json.loads(path.read_text()).get("workload") != "deepspeed_gpt":
+        workload = json.loads(path.read_text()).get("workload")
+        if workload == "deepspeed_gpt":
+            rec = record_of(path)
+        elif workload in OTHER_WORKLOADS:
+            rec = other_record_of(path, "2026-11-26")
+        else:
             continue
-        rec = record_of(path)
         rec.validate()
         (out / f"{rec.id}.toml").write_text(canonical_text(rec))
         print(out / f"{rec.id}.toml")

@@ -137,6 +137,14 @@ def format_table(rows: list[TableRow]) -> str:
     return "\n".join(lines)
 
 
+def non_language_models(name: str) -> tuple[str, ...]:
+    """The workloads of a framework's package that are not language models (its `NON_LANGUAGE_MODELS`: names a
+    ground-truth record with `task = "other"` may give as its model); none for an unknown framework."""
+    if name not in FRAMEWORKS:
+        return ()
+    return tuple(getattr(framework_module(name), "NON_LANGUAGE_MODELS", ()))
+
+
 def framework_module(name: str) -> ModuleType:
     """The package of a framework of the registry (imported now)."""
     module = FRAMEWORKS.get(name)

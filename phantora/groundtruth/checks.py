@@ -58,6 +58,7 @@ def implied_mfu_percent(record: Record, tokens_per_s_per_gpu: float) -> float:
 def check_record(record: Record, *, file: str | None = None) -> CheckReport:
     """Every plausibility problem of `record` (see the module docstring)."""
     from ..cluster import load_cluster
+    from ..frameworks import non_language_models
     from ..gpus import load_gpu
     from ..models import load_model
 
@@ -76,10 +77,16 @@ def check_record(record: Record, *, file: str | None = None) -> CheckReport:
         gpu = load_gpu(hw.gpu)
     except PresetError as exc:
         problem("hardware.gpu", str(exc))
-    try:
-        model = load_model(wl.model)
-    except PresetError as exc:
-        problem("workload.model", str(exc))
+    if wl.task == "other":
+        known = non_language_models(wl.framework)
+        if wl.model not in known:
+            problem("workload.model", f"'{wl.model}' is not a workload of framework '{wl.framework}' that Phantora "
+                                      f"runs (known: {', '.join(known) or 'none'})")
+    else:
+        try:
+            model = load_model(wl.model)
+        except PresetError as exc:
+            problem("workload.model", str(exc))
     try:
         cluster = load_cluster(hw.cluster, nodes=hw.hosts)
     except PresetError as exc:

@@ -23,6 +23,11 @@ INTRA_LINKS = ("nvswitch", "nvlink-mesh", "pcie")
 AC_MODES = ("none", "full", "selective-op", "selective-layer")
 PRECISIONS = ("bf16", "fp16", "tf32", "fp32")
 METRIC_KEYS = ("tokens_per_s_per_gpu", "mfu_percent", "iteration_s", "memory_gib")
+# workload.task: "" is a language model (`model` a preset of presets/models, seq_len its tokens per sequence);
+# "other" a workload of the framework's that is not one (`model` names it: DeepSpeed's resnet50, sd15-unet, gat),
+# counted in samples (seq_len 1) and measured by its iteration time and memory only
+TASKS = ("", "other")
+OTHER_TASK_METRICS = ("iteration_s", "memory_gib")
 
 
 def _check_date(value: str, key: str) -> None:
@@ -127,8 +132,15 @@ class Workload:
     # framework settings the fields above do not cover, named as the framework's workload command takes them
     # (Megatron-core: vpp, distributed_optimizer, overlap_grad_reduce, overlap_param_gather, sequence_parallel)
     options: dict[str, bool | int | str] = field(default_factory=dict)
+    task: str = ""                 # "" (a language model) or "other" (see TASKS above)
 
     def validate(self) -> None:
+        if self.task not in TASKS:
+            raise PresetError(f"'{self.task}' is not a task: leave it out for a language model, or write 'other' "
+                              f"for a workload that is not one", key="workload.task")
+        if self.task == "other" and self.seq_len != 1:
+            raise PresetError("a workload that is not a language model counts samples: seq_len must be 1",
+                              key="workload.seq_len")
         for key in ("micro_batch", "global_batch", "seq_len"):
             if getattr(self, key) < 1:
                 raise PresetError("must be at least 1", key=f"workload.{key}")
@@ -235,6 +247,12 @@ class Record:
             raise PresetError(f"dp_shard × dp_replicate × tp × pp × cp = {p.dp_shard} × {p.dp_replicate} × {p.tp} × "
                               f"{p.pp} × {p.cp} = {p.world}, but hardware.gpus is {self.hardware.gpus}",
                               key="workload.parallelism")
+        if self.workload.task == "other":
+            for k in METRIC_KEYS:
+                if k not in OTHER_TASK_METRICS and getattr(self.metrics, k) is not None:
+                    raise PresetError(f"a workload that is not a language model is measured by "
+                                      f"{' and '.join(OTHER_TASK_METRICS)} only (it has no tokens or model FLOPs)",
+                                      key=f"metrics.{k}")
         for key in self.assumptions:
             section, _, name = key.partition(".")
             if section not in ("source", "hardware", "workload", "metrics") or not name:

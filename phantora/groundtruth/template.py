@@ -49,6 +49,8 @@ precision = "bf16"           # bf16 | fp16 | tf32 | fp32 (matmul dtype under mix
 compile = false              # torch.compile
 float8 = false               # Float8 linears
 optimizer = "AdamW"
+# task = "other"             # not a language model (DeepSpeed: resnet50, sd15-unet, gat): seq_len = 1, samples
+#                            # for sequences, and only iteration_s / memory_gib below
 
 [workload.parallelism]       # product of dp_shard, dp_replicate, tp, pp, cp = gpus
 dp_shard = 8                 # FSDP

@@ -1,4 +1,5 @@
-"""The command line of a simulated (or measured) DeepSpeed run: presets/workloads/deepspeed_gpt.py's flags."""
+"""The command line of a simulated (or measured) DeepSpeed run: presets/workloads/deepspeed_gpt.py's flags, or those
+of the workloads that are not language models (ResNet-50, Stable Diffusion 1.5's UNet, a GAT)."""
 
 from __future__ import annotations
 
@@ -22,8 +23,17 @@ OPTIONS = {
 }
 
 
-def workload_script() -> Path:
-    return presets_dir() / "workloads" / "deepspeed_gpt.py"
+# workloads that are not language models: model name (their SUMMARY's "model") -> (script, takes --batch)
+NON_LANGUAGE_MODELS = {
+    "resnet50": ("deepspeed_resnet.py", True),     # images per GPU per micro-step
+    "sd15-unet": ("deepspeed_unet.py", True),      # latents per GPU per micro-step (needs diffusers)
+    "gat": ("deepspeed_gat.py", False),            # one full graph per step (needs torch_geometric)
+}
+
+
+def workload_script(model: str | None = None) -> Path:
+    script = NON_LANGUAGE_MODELS[model][0] if model in NON_LANGUAGE_MODELS else "deepspeed_gpt.py"
+    return presets_dir() / "workloads" / script
 
 
 def deepspeed_argv(*, model: str, gpus: int, pp: int = 1, micro_batch: int = 1, global_batch: int | None = None,
@@ -48,9 +58,38 @@ def deepspeed_argv(*, model: str, gpus: int, pp: int = 1, micro_batch: int = 1, 
             raise PresetError(f"global batch {global_batch} is not a multiple of micro-batch x data-parallel ranks "
                               f"= {micro_batch * dp}", key="workload.global_batch")
         accum = global_batch // (micro_batch * dp)
+    if model in NON_LANGUAGE_MODELS:
+        return _other_argv(model, gpus=gpus, pp=pp, micro_batch=micro_batch, accum=accum,
+                           activation_checkpointing=activation_checkpointing, precision=precision, steps=steps,
+                           python=python, options=options)
     argv = [python, str(workload_script()), "--model", model, "--pp", str(pp), "--micro-batch", str(micro_batch),
             "--seq", str(seq),
             "--grad-accum", str(accum), "--ac", ACTIVATION_CHECKPOINTING[activation_checkpointing],
             "--precision", precision, "--steps", str(steps)]
     argv += option_flags(options, OPTIONS, "DeepSpeed")
     return argv
+
+
+def _other_argv(model: str, *, gpus: int, pp: int, micro_batch: int, accum: int, activation_checkpointing: str,
+                precision: str, steps: int, python: str, options: dict | None) -> list[str]:
+    """The command of a workload that is not a language model: data parallelism only, no checkpointing; ZeRO and
+    the optimizer options as for the language models."""
+    if pp > 1:
+        raise PresetError(f"the DeepSpeed {model} workload has no pipeline stages", key="workload.parallelism.pp")
+    if activation_checkpointing != "none":
+        raise PresetError(f"the DeepSpeed {model} workload has no activation checkpointing",
+                          key="workload.activation_checkpointing")
+    script, batched = NON_LANGUAGE_MODELS[model]
+    if not batched and micro_batch != 1:
+        raise PresetError(f"the DeepSpeed {model} workload trains on one full graph per step: micro_batch is 1",
+                          key="workload.micro_batch")
+    argv = [python, str(workload_script(model))]
+    if batched:
+        argv += ["--batch", str(micro_batch)]
+    argv += ["--grad-accum", str(accum), "--precision", precision, "--steps", str(steps)]
+    unsupported = sorted(set(options or ()) - {"zero", "offload_optimizer", "torch_adam", "bucket_mb",
+                                               "no_overlap_comm"})
+    if unsupported:
+        raise PresetError(f"the DeepSpeed {model} workload takes no {', '.join(unsupported)}",
+                          key="workload.options")
+    return argv + option_flags(options, OPTIONS, "DeepSpeed")
