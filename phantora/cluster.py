@@ -83,7 +83,7 @@ class NetSpec:
         return self.inter_node_gbps / 8 * 1e9 * self.nic_efficiency
 
 
-HOST_RATE_TABLES = ("copy_gbps", "elementwise_gbps", "reduction_gbps", "cpu_adam_gbps")
+HOST_RATE_TABLES = ("copy_gbps", "downcast_gbps", "upcast_gbps", "elementwise_gbps", "reduction_gbps", "cpu_adam_gbps")
 
 
 def check_rate_table(table: Any, key: str) -> None:
@@ -127,7 +127,9 @@ class HostSpec:
     cpu_cores: int = 16                    # host threads of a rank when OMP_NUM_THREADS is not set
     # host memory traffic (bytes read + written per second, GB/s) of a rank's CPU work on large host tensors, by
     # thread count: [threads, GB/s] points, interpolated (measured on a 2 x H200 host: groundtruth/deepspeed/)
-    copy_gbps: list = field(default_factory=lambda: [[1, 11.1], [4, 37.5], [16, 82.8]])          # copy_, casts
+    copy_gbps: list = field(default_factory=lambda: [[1, 13.2], [4, 41.0], [16, 81.2]])          # copy_, cat, clone
+    downcast_gbps: list = field(default_factory=lambda: [[1, 9.05], [4, 34.0], [16, 84.4]])      # fp32 -> bf16...
+    upcast_gbps: list = field(default_factory=lambda: [[1, 3.69], [4, 10.35], [16, 19.1]])       # bf16 -> fp32...
     elementwise_gbps: list = field(default_factory=lambda: [[1, 24.0], [4, 64.0], [16, 150.4]])  # mul_, add_...
     reduction_gbps: list = field(default_factory=lambda: [[1, 12.5], [16, 12.9]])                # norm, sum...
     cpu_adam_gbps: list = field(default_factory=lambda: [[1, 24.3], [4, 79.4], [16, 131.0]])     # DeepSpeed CPU Adam

@@ -72,8 +72,9 @@ def test_torchrun_environment_and_values_across_ranks(tmp_path):
 
 def test_ops_on_large_host_tensors_cost_their_bytes_at_the_host_rates():
     """An op on fake host tensors charges the rank's CPU its bytes over the host preset's measured rate for the op's
-    kind at the rank's threads (OMP_NUM_THREADS=4: a measured point of every table but the reduction's); an upload
-    that casts converts on the host first (PyTorch's rule), at the copy rate."""
+    kind at the rank's threads (OMP_NUM_THREADS=4: a measured point of every table but the reduction's): a copy to
+    bf16 at the downcast rate, back to fp32 at the upcast rate, fp32 to fp32 at the copy rate; an upload that casts
+    converts on the host first (PyTorch's rule), at the downcast rate."""
     from phantora.cluster import HostSpec
 
     proc = phantora_run("--gpus-per-node", "1", "--no-trace", "--", "python", str(SCRIPTS / "host_compute.py"),
@@ -86,8 +87,9 @@ def test_ops_on_large_host_tensors_cost_their_bytes_at_the_host_rates():
         threads, gbps = zip(*table)
         return nbytes / (float(np.interp(4, threads, gbps)) * 1e9)
 
-    for key, nbytes, table in (("mul_s", 8 * n, host.elementwise_gbps), ("copy_s", 6 * n, host.copy_gbps),
-                               ("norm_s", 4 * n + 4, host.reduction_gbps), ("h2d_cast_s", 6 * n, host.copy_gbps)):
+    for key, nbytes, table in (("mul_s", 8 * n, host.elementwise_gbps), ("copy_s", 6 * n, host.downcast_gbps),
+                               ("norm_s", 4 * n + 4, host.reduction_gbps), ("h2d_cast_s", 6 * n, host.downcast_gbps),
+                               ("upcast_s", 6 * n, host.upcast_gbps), ("same_s", 8 * n, host.copy_gbps)):
         want = expect(nbytes, table)
         assert want <= res[key] <= want * 1.01 + 50e-6, (key, res[key], want)
 

@@ -8,12 +8,15 @@ for its kind of op at the rank's thread count (`[host]` of the cluster preset, t
 real host with groundtruth/deepspeed/host_ops_bench.py and cpu_adam_bench.py, interpolated linearly and flat past
 their ends):
 
-- `copy_gbps`: copies and casts (`copy_`, `_to_copy`, `clone`, `cat`...);
+- `copy_gbps`: copies that keep the dtype (`copy_`, `_to_copy`, `clone`, `cat`...);
+- `downcast_gbps`, `upcast_gbps`: copies to a narrower dtype (fp32 to bf16: 9 GB/s on one thread) and to a wider one
+  (bf16 to fp32: 3.7 GB/s), which run slower than a copy (13 GB/s) and each other; a conversion between dtypes of
+  one size is charged as a copy (not measured);
 - `reduction_gbps`: reductions (`norm`, `sum`, `max`...; PyTorch runs a whole-tensor norm on one thread);
 - `elementwise_gbps`: every other op (`mul_`, `add_`, `addcdiv_`...);
 - `cpu_adam_gbps`: DeepSpeed's CPU optimizers (standins/deepspeed.py).
 
-A copy between host and device that converts the dtype on the host is charged at `copy_gbps` too (interceptor).
+A copy between host and device that converts the dtype on the host is charged at the cast's rate too (interceptor).
 The threads are `OMP_NUM_THREADS` when set (torchrun and `phantora run` set 1 for several processes per node), else
 the preset's `cpu_cores`. Ranks sharing a host do not slow each other here (two single-threaded processes measured
 within 10% of one alone). Smaller host ops cost only their dispatch (docs/host-cpu.md).
@@ -28,7 +31,7 @@ from .errors import StubConfigError
 MIN_BYTES = 1 << 20
 ENV_RATES = "PHANTORA_HOST_MEMORY_GBPS"     # "copy=1:11.1,4:37.5;elementwise=...;..." from the launcher
 ENV_CORES = "PHANTORA_HOST_CPU_CORES"
-KINDS = ("copy", "elementwise", "reduction", "cpu_adam")
+KINDS = ("copy", "downcast", "upcast", "elementwise", "reduction", "cpu_adam")
 
 _COPY_OPS = frozenset({"copy_", "_to_copy", "clone", "cat", "stack", "contiguous", "_copy_from", "fill_", "zero_",
                        "zeros_like", "ones_like", "full_like", "index_select", "gather", "flatten_dense_tensors"})
@@ -42,6 +45,12 @@ def kind_of(op_name: str) -> str:
     if op_name in _REDUCTION_OPS:
         return "reduction"
     return "elementwise"
+
+
+def cast_kind(src_dtype, dst_dtype) -> str:
+    """The kind of a copy from one dtype to another: "copy", "downcast" (to fewer bytes per element) or "upcast"."""
+    a, b = src_dtype.itemsize, dst_dtype.itemsize
+    return "copy" if a == b else ("downcast" if b < a else "upcast")
 
 
 def parse_rates(text: str) -> dict[str, list[tuple[float, float]]]:

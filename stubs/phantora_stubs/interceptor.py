@@ -369,12 +369,13 @@ class Interceptor(TorchDispatchMode):
         VALUES.after_op(func, _packet_name(func), args, kwargs, out)
         return out
 
-    def _host_compute(self, func, inputs: list[torch.Tensor], outputs: list[torch.Tensor]) -> None:
+    def _host_compute(self, func, inputs: list[torch.Tensor], outputs: list[torch.Tensor],
+                      kind: str | None = None) -> None:
         """An op on large fake host tensors: its memory traffic charged to the rank's CPU (host_compute.py)."""
         name = _packet_name(func)
         nbytes = host_compute.op_bytes(name, inputs, outputs)
         if nbytes >= host_compute.MIN_BYTES:
-            self.rt.advance_cpu(host_compute.memory().seconds(nbytes, host_compute.kind_of(name)))
+            self.rt.advance_cpu(host_compute.memory().seconds(nbytes, kind or host_compute.kind_of(name)))
 
     # -- copies -----------------------------------------------------------------------------------------------------
     def _copy(self, func, args, kwargs):
@@ -386,7 +387,8 @@ class Interceptor(TorchDispatchMode):
             dst, src = args[0], args[1]
         sdev, ddev = src.device, dst.device
         if sdev.type != "cuda" and ddev.type != "cuda":
-            self._host_compute(func, _tensors((args, kwargs)), _tensors(out))
+            self._host_compute(func, _tensors((args, kwargs)), _tensors(out),
+                               host_compute.cast_kind(src.dtype, dst.dtype))
             VALUES.after_op(func, name, args, kwargs, out)
             return out
         mem = self.mem.track(_tensors(out))
@@ -408,15 +410,16 @@ class Interceptor(TorchDispatchMode):
             if host_convert:
                 nbytes = dst.numel() * (dst.element_size() if direction == Memcpy.H2D else src.element_size())
                 convert = dst.numel() * (src.element_size() + dst.element_size())
+                cast = host_compute.cast_kind(src.dtype, dst.dtype)
                 if direction == Memcpy.H2D and convert >= host_compute.MIN_BYTES:
-                    self.rt.advance_cpu(host_compute.memory().seconds(convert, "copy"))
+                    self.rt.advance_cpu(host_compute.memory().seconds(convert, cast))
             duration, sig, source = self._copy_cost(func, args, kwargs)
             op = Op(OpKind.MEMCPY, stream=self.dev.stream(device), name=str(func), sig=sig, duration=duration,
                     nbytes=nbytes, arg=int(direction), cpu_delta=METER.claim(), source=source, mem=mem)
             if direction == Memcpy.D2H and not non_blocking:
                 self.rt.wait(op)
                 if host_convert and convert >= host_compute.MIN_BYTES:
-                    self.rt.advance_cpu(host_compute.memory().seconds(convert, "copy"))
+                    self.rt.advance_cpu(host_compute.memory().seconds(convert, cast))
             else:
                 self.rt.submit(op)
         VALUES.after_op(func, name, args, kwargs, out)
