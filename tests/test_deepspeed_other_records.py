@@ -67,6 +67,10 @@ def test_every_case_reruns_the_measured_configuration():
             assert int(flags["--batch"]) == c["micro_batch"]
         else:
             assert "--batch" not in argv
+        # the measured shapes are passed, not left to the script's defaults
+        for key in ("image_size", "nodes", "edges", "features", "classes", "layers", "heads", "hidden"):
+            if key in c:
+                assert int(flags["--" + key.replace("_", "-")]) == c[key], (rec.id, key)
         # the run has no tokens or model FLOPs to report
         run = LiveRunner(["phantora"]).command(case, Path("t.h5"), Path("s.json"))
         assert "--model" not in run[:run.index("--")] and "--tokens-per-iteration" not in run
@@ -95,3 +99,28 @@ def test_checks_name_an_unknown_workload():
     bad = dataclasses.replace(rec, workload=dataclasses.replace(rec.workload, model="vgg16"))
     problems = check_record(bad, file=str(path)).problems
     assert any("workload.model" in p and "resnet50" in p for p in problems)
+
+
+def test_schema_refuses_other_workloads_of_a_framework_without_them_and_their_tokens_in_a_simulation():
+    from phantora.groundtruth.schema import Simulation
+
+    _, rec = others()[0]
+    tt = dataclasses.replace(rec, workload=dataclasses.replace(rec.workload, framework="torchtitan"))
+    with pytest.raises(PresetError, match=r"workload\.task"):
+        tt.validate()
+    sim = Simulation(phantora_version="0", date="2026-11-27", cost_source="profile", tokens_per_s_per_gpu=1600.0)
+    with pytest.raises(PresetError, match=r"simulation\.tokens_per_s_per_gpu"):
+        dataclasses.replace(rec, simulation=sim).validate()
+    emb = dataclasses.replace(rec, metrics=dataclasses.replace(rec.metrics, mfu_counts_embedding=True))
+    with pytest.raises(PresetError, match=r"mfu_counts_embedding"):
+        emb.validate()
+
+
+def test_a_simulated_other_workload_reports_no_tokens_or_mfu():
+    """The harness reads a run's iteration time for such a record and derives no token throughput or MFU from its
+    samples (what `phantora groundtruth submit --simulate` would attach)."""
+    from phantora_validation.runner import parse_summary
+
+    case = {c.id: c for c in load_cases("deepspeed")}[others()[0][1].id]
+    res = parse_summary({"iteration_s": 0.08, "tokens_per_s_per_gpu": 1600.0, "mfu": 0.2}, case)
+    assert res.iteration_s == 0.08 and res.tokens_per_s_per_gpu is None and res.mfu_percent is None

@@ -85,3 +85,20 @@ def test_an_empty_kernel_costs_at_least_what_one_holds_a_stream():
         got = model.estimate(_signature("fill_1")).duration_us
         assert got == pytest.approx(fill, abs=0.5)
         assert got > 0.5
+
+
+def test_a_multi_kernel_op_sheds_the_overhead_per_kernel_it_launches():
+    """A foreach op over 400 one-element tensors launches several kernels (multi-tensor apply); costed by the
+    roofline, each launch holds the stream about as long as the measured back-to-back one-element fill, not the 4 µs
+    an event-timed empty kernel takes."""
+    from phantora.costmodel.families import work
+
+    for gpu in GPUS:
+        model = CostModel(load_gpu(gpu))
+        xs = [torch.empty(1, device="meta") for _ in range(400)]
+        sig = signature_of(aten._foreach_add_.Scalar, (xs, 1.0), {})
+        launches = work(sig).launches
+        assert launches >= 3
+        fill = statistics.mean(r["kernels"]["fill_1"]["stream_us"] for r in _runs(gpu))
+        got = model.estimate(sig).duration_us
+        assert got == pytest.approx(launches * fill, rel=0.25), (gpu, launches, got)

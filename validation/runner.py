@@ -104,14 +104,15 @@ def parse_summary(summary: dict[str, Any], case: Case) -> SimResult:
     res = SimResult(oom=bool(summary.get("oom", False)))
     it = summary.get("iteration_s")
     res.iteration_s = float(it) if isinstance(it, (int, float)) and it > 0 else None
+    lm = rec.workload.task != "other"           # a workload that is not a language model has no tokens or MFU
     tps = summary.get("tokens_per_s_per_gpu")
-    if isinstance(tps, (int, float)) and tps > 0:
+    if lm and isinstance(tps, (int, float)) and tps > 0:
         res.tokens_per_s_per_gpu = float(tps)
-    elif res.iteration_s:
+    elif lm and res.iteration_s:
         res.tokens_per_s_per_gpu = tokens_per_s_per_gpu(rec.workload.tokens_per_step, res.iteration_s,
                                                         rec.hardware.gpus)
     mfu = summary.get("mfu")
-    if isinstance(mfu, (int, float)):
+    if lm and isinstance(mfu, (int, float)):
         res.mfu_percent = 100.0 * float(mfu)
     peak = summary.get("max_peak_memory_bytes")
     if not isinstance(peak, (int, float)) or peak <= 0:
@@ -268,8 +269,10 @@ class CachedRunner:
         it = rr.iteration_s
         if it == it and it > 0:      # not NaN
             base.iteration_s = it
-            base.tokens_per_s_per_gpu = tokens_per_s_per_gpu(rec.workload.tokens_per_step, it, rec.hardware.gpus)
-            base.mfu_percent = 100.0 * rr.mfu if rr.mfu is not None else None
+            if rec.workload.task != "other":
+                base.tokens_per_s_per_gpu = tokens_per_s_per_gpu(rec.workload.tokens_per_step, it,
+                                                                 rec.hardware.gpus)
+                base.mfu_percent = 100.0 * rr.mfu if rr.mfu is not None else None
         else:
             raise CaseFailed(f"replaying {trace} gave no iteration time (fewer than two iteration marks)")
         if rr.peak_reserved_bytes:

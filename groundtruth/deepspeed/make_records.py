@@ -83,6 +83,10 @@ def other_record_of(path: Path, date: str) -> Record:
     name = path.stem
     micro = c.get("micro_batch", 1)
     options: dict = {"zero": c["zero"]}
+    # the workload's shapes, which its rerun passes (the script's defaults may change)
+    for key in ("image_size", "nodes", "edges", "features", "classes", "layers", "heads", "hidden"):
+        if key in c:
+            options[key] = c[key]
     if c.get("offload_optimizer", "none") != "none":
         options["offload_optimizer"] = c["offload_optimizer"]
     if c.get("torch_adam"):

@@ -14,7 +14,8 @@ Order of sources for a signature that launches a kernel:
 Every source is a time between two CUDA events around the op, run alone (or fitted on such times); what the op adds
 to a busy stream is that less the events' own overhead (the GPU preset's `event_overhead_us`, measured by
 phantora.probes.streamprobe; the efficiency table's for roofline costs and GPUs not measured), and at least the
-stream time of as many empty kernels as the op launches. Durations returned are stream times.
+stream time of as many empty kernels as the op launches (the roofline's per-kernel latency sheds the overhead
+once per launch). Durations returned are stream times; host-device copies keep the link model's time.
 
 Views, metadata, allocation-only ops and collectives cost nothing here (`is_view=True`, source NONE); collectives
 are the network model's. Every result is cached by signature (the same signature repeats thousands of times a run).
@@ -168,11 +169,15 @@ class CostModel:
                     t = self._on_stream(other_t, w, self.fallback_event_overhead_s) * here / there
                     return Cost(t, w.flops, w.nbytes, w.family, CostSource.CROSS_GPU, detail=detail)
         c = self.roofline.cost_of(w)
-        return replace(c, duration_s=self._on_stream(c.duration_s, w, self._roofline_overhead_s))
+        if w.xfer:                  # a host-device copy: the link model's time, not a kernel's event time
+            return c
+        # the roofline's latency is an event time per kernel: each launch sheds the overhead
+        return replace(c, duration_s=self._on_stream(c.duration_s, w, self._roofline_overhead_s * w.launches))
 
     def _on_stream(self, event_s: float, w, overhead_s: float) -> float:
-        """A CUDA-event time of an op as the time it holds a busy stream (module docstring)."""
-        if event_s <= 0.0:
+        """A CUDA-event time of an op as the time it holds a busy stream (module docstring); events around the whole
+        op add their overhead once, whatever the kernels it launches."""
+        if event_s <= 0.0 or w.xfer:
             return event_s
         return max(event_s - overhead_s, w.launches * self._empty_kernel_s)
 

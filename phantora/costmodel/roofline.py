@@ -108,7 +108,9 @@ class EfficiencyTable:
                                          float(v.get("b0_bytes", 0.0))) for k, v in d["families"].items()},
                     float(d.get("latency_s", 2.5e-6)), float(d.get("pcie_efficiency", 0.8)),
                     str(d.get("provenance", "")), dict(d.get("samples", {})),
-                    float(d.get("event_overhead_s", 0.0)))
+                    # tables saved before the field existed were fitted on event times too
+                    float(d.get("event_overhead_s",
+                                min(HOPPER_EVENT_OVERHEAD_S, float(d.get("latency_s", 2.5e-6))))))
         except (KeyError, TypeError, ValueError) as e:
             raise PhantoraError(f"malformed efficiency table: {e}") from None
         t.validate()

@@ -248,11 +248,19 @@ class Record:
                               f"{p.pp} × {p.cp} = {p.world}, but hardware.gpus is {self.hardware.gpus}",
                               key="workload.parallelism")
         if self.workload.task == "other":
-            for k in METRIC_KEYS:
-                if k not in OTHER_TASK_METRICS and getattr(self.metrics, k) is not None:
-                    raise PresetError(f"a workload that is not a language model is measured by "
-                                      f"{' and '.join(OTHER_TASK_METRICS)} only (it has no tokens or model FLOPs)",
-                                      key=f"metrics.{k}")
+            from ..frameworks import non_language_models
+            if not non_language_models(self.workload.framework):
+                raise PresetError(f"framework '{self.workload.framework}' has no workloads that are not language "
+                                  f"models (DeepSpeed has: resnet50, sd15-unet, gat)", key="workload.task")
+            for section, table in (("metrics", self.metrics), ("simulation", self.simulation)):
+                for k in METRIC_KEYS:
+                    if table is not None and k not in OTHER_TASK_METRICS and getattr(table, k) is not None:
+                        raise PresetError(f"a workload that is not a language model is measured by "
+                                          f"{' and '.join(OTHER_TASK_METRICS)} only (it has no tokens or model "
+                                          f"FLOPs)", key=f"{section}.{k}")
+            if self.metrics.mfu_counts_embedding:
+                raise PresetError("a workload that is not a language model has no MFU convention",
+                                  key="metrics.mfu_counts_embedding")
         for key in self.assumptions:
             section, _, name = key.partition(".")
             if section not in ("source", "hardware", "workload", "metrics") or not name:

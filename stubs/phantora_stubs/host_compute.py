@@ -16,7 +16,8 @@ their ends):
 - `elementwise_gbps`: every other op (`mul_`, `add_`, `addcdiv_`...);
 - `cpu_adam_gbps`: DeepSpeed's CPU optimizers (standins/deepspeed.py).
 
-A copy between host and device that converts the dtype on the host is charged at the cast's rate too (interceptor).
+A blocking copy between host and device that changes the dtype converts on the host and is charged at the cast's
+rate too; a non-blocking one converts on the GPU (PyTorch's rule; interceptor).
 The threads are `OMP_NUM_THREADS` when set (torchrun and `phantora run` set 1 for several processes per node), else
 the preset's `cpu_cores`. Ranks sharing a host do not slow each other here (two single-threaded processes measured
 within 10% of one alone). Smaller host ops cost only their dispatch (docs/host-cpu.md).
@@ -29,7 +30,7 @@ import os
 from .errors import StubConfigError
 
 MIN_BYTES = 1 << 20
-ENV_RATES = "PHANTORA_HOST_MEMORY_GBPS"     # "copy=1:11.1,4:37.5;elementwise=...;..." from the launcher
+ENV_RATES = "PHANTORA_HOST_MEMORY_GBPS"     # "copy=1:13.2,4:41.0,16:81.2;downcast=...;..." from the launcher
 ENV_CORES = "PHANTORA_HOST_CPU_CORES"
 KINDS = ("copy", "downcast", "upcast", "elementwise", "reduction", "cpu_adam")
 
@@ -116,7 +117,7 @@ def memory() -> HostMemory:
     return _MEMORY
 
 
-_WRITE_ONLY = frozenset({"copy_", "fill_", "zero_", "_copy_from"})   # the first argument is written, not read
+_WRITE_ONLY = frozenset({"copy_", "fill_", "zero_"})   # the first argument is written, not read
 
 
 def op_bytes(name: str, inputs, outputs) -> int:
@@ -126,6 +127,8 @@ def op_bytes(name: str, inputs, outputs) -> int:
     from torch._subclasses.fake_tensor import FakeTensor
     if name in _WRITE_ONLY:
         inputs = inputs[1:]
+    elif name == "_copy_from":          # _copy_from(self, dst): the second argument is written, not read
+        inputs = inputs[:1] + inputs[2:]
     total = 0
     for group in (inputs, outputs):
         seen = set()

@@ -383,6 +383,8 @@ class Interceptor(TorchDispatchMode):
         name = _packet_name(func)
         if name == "_to_copy":
             src, dst = args[0], out
+        elif name == "_copy_from":          # _copy_from(self, dst): the source comes first
+            src, dst = args[0], args[1]
         else:
             dst, src = args[0], args[1]
         sdev, ddev = src.device, dst.device
@@ -403,10 +405,13 @@ class Interceptor(TorchDispatchMode):
                 direction, device = Memcpy.D2D, sdev.index or 0
             nbytes = dst.numel() * dst.element_size()
             non_blocking = bool(kwargs.get("non_blocking", False) or (len(args) > 2 and args[2] is True))
-            # A copy between host and device that changes the dtype converts on the host (before an upload, after
-            # a blocking download; PyTorch's copy_ of Copy.cu), and moves the host side's dtype over the link.
-            host_convert = (src.dtype != dst.dtype and direction != Memcpy.D2D
-                            and (direction == Memcpy.H2D or not non_blocking))
+            # A blocking copy between host and device that changes the dtype converts on the host (before an
+            # upload, after a download) and moves the host side's dtype over the link; a non-blocking one converts
+            # on the GPU (PyTorch's copy_kernel_cuda: the conversion device is the GPU when non_blocking) and moves
+            # the GPU side's dtype.
+            host_convert = src.dtype != dst.dtype and direction != Memcpy.D2D and not non_blocking
+            if src.dtype != dst.dtype and direction == Memcpy.H2D and non_blocking:
+                nbytes = dst.numel() * src.element_size()
             if host_convert:
                 nbytes = dst.numel() * (dst.element_size() if direction == Memcpy.H2D else src.element_size())
                 convert = dst.numel() * (src.element_size() + dst.element_size())

@@ -23,6 +23,12 @@ OPTIONS = {
 }
 
 
+# the shapes of the workloads that are not language models, as their records' options (they are run with them)
+SHAPE_OPTIONS = {
+    "image_size": ("--image-size", "int"),          # ResNet-50
+    "nodes": ("--nodes", "int"), "edges": ("--edges", "int"), "features": ("--features", "int"),   # GAT
+    "classes": ("--classes", "int"), "heads": ("--heads", "int"), "hidden": ("--hidden", "int"),
+}
 # workloads that are not language models: model name (their SUMMARY's "model") -> (script, takes --batch)
 NON_LANGUAGE_MODELS = {
     "resnet50": ("deepspeed_resnet.py", True),     # images per GPU per micro-step
@@ -87,9 +93,11 @@ def _other_argv(model: str, *, gpus: int, pp: int, micro_batch: int, accum: int,
     if batched:
         argv += ["--batch", str(micro_batch)]
     argv += ["--grad-accum", str(accum), "--precision", precision, "--steps", str(steps)]
-    unsupported = sorted(set(options or ()) - {"zero", "offload_optimizer", "torch_adam", "bucket_mb",
-                                               "no_overlap_comm"})
+    shapes = {"resnet50": {"image_size"}, "sd15-unet": set(),
+              "gat": {"nodes", "edges", "features", "classes", "heads", "hidden", "layers"}}[model]
+    common = {"zero", "offload_optimizer", "torch_adam", "bucket_mb", "no_overlap_comm"}
+    unsupported = sorted(set(options or ()) - common - shapes)
     if unsupported:
         raise PresetError(f"the DeepSpeed {model} workload takes no {', '.join(unsupported)}",
                           key="workload.options")
-    return argv + option_flags(options, OPTIONS, "DeepSpeed")
+    return argv + option_flags(options, {**OPTIONS, **SHAPE_OPTIONS}, "DeepSpeed")
