@@ -8,6 +8,12 @@ iterations of RANK after its first (its kernels' costed durations). Prints each 
 situ, largest first (and, where a timeline.json is beside OPS.json, all kernels but NCCL's); with `--shapes OP` (e.g. aten.mm) that op per shape of its first two inputs, and the
 ratio over the shapes found in both, weighted by the in-situ time.
 
+In-situ call counts include op events that launched no kernel: where non-reentrant activation checkpointing stops
+its recomputation early, the last op's event is recorded (the profiler enters it before autograd saves its inputs
+and stops) but nothing runs; with full checkpointing the FFN's down projection shows 4 calls per layer and step in
+ops.json against 3 kernels in launchers.json (and in the simulation), so the in-situ mean per call of that shape is
+low by a quarter. Totals are not affected.
+
 The in-situ times are of profiled steps: torch.profiler slows the host, which lowers the GPU's duty, and with it its
 power, and can raise its clock (groundtruth/deepspeed/README.md, "The pipeline engine's rows").
 """
