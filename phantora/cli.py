@@ -312,6 +312,10 @@ def replay_cmd(trace, cluster, nodes, gpus_per_node, gpu, profile, recost, overr
                    allow_incomplete=allow_incomplete, overwrite=overwrite)
     if r.recorded_problem:
         click.echo(f"warning: {r.recorded_problem}", err=True)
+    if r.preset_drift:
+        click.echo(f"note: replayed with the trace's cluster '{r.cluster}', whose model constants its preset has "
+                   f"changed since: {'; '.join(r.preset_drift)}; pass --cluster {r.cluster} for today's",
+                   err=True)
     if as_json:
         click.echo(json.dumps(r.as_dict(), indent=1))
     else:

@@ -55,6 +55,8 @@ class ReplayResult:
     allocator: str = ""                                          # PYTORCH_CUDA_ALLOC_CONF the replay modelled
     routing: dict | None = None                                  # the expert routing the recorded run assumed
     recorded_problem: str | None = None     # what the input trace says went wrong in its run (allow_incomplete)
+    # model constants of the recorded cluster that its preset has changed since (replayed as recorded: preset_drift)
+    preset_drift: list = field(default_factory=list)
 
     @property
     def out_of_memory(self) -> bool:
@@ -112,6 +114,22 @@ def resolve_cluster(meta: dict, cluster: str | None, nodes: int | None, gpus_per
             spec = apply_overrides(spec, changes, origin="the trace's cluster")
         spec.gpu_spec()
     return spec
+
+
+DRIFT_SECTIONS = ("nccl", "host")     # the cluster's fitted model constants (GPU sharing, host CPU prices and rates)
+
+
+def preset_drift(spec: ClusterSpec) -> list[str]:
+    """The model constants in which a trace's recorded cluster differs from the preset of the same name today
+    ("nccl.sharing_compute 1.18 (preset: 1.65)"); none for a cluster that is no preset (a TOML file, renamed)."""
+    try:
+        today = load_cluster(spec.name, nodes=spec.nodes, gpus_per_node=spec.gpus_per_node).to_table()
+    except PhantoraError:
+        return []
+    mine = spec.to_table()
+    return [f"{section}.{key} {value} (preset: {today[section][key]})"
+            for section in DRIFT_SECTIONS for key, value in mine.get(section, {}).items()
+            if key in today.get(section, {}) and today[section][key] != value]
 
 
 def matching_cluster(meta: dict, cluster: str | None, nodes: int | None, gpus_per_node: int | None,
@@ -195,6 +213,8 @@ def replay(trace: str | Path, *, cluster: str | None = None, nodes: int | None =
                           gspec.peak_flops("bf16"))
     result.ooms = ooms
     result.recorded_problem = problem
+    if cluster is None:
+        result.preset_drift = preset_drift(spec)
     result.summary = _flat_summary({"ranks": [summarize_ops(recorder.rows(r), names, np.asarray(marks[r]))
                                               for r in simulated]})
     result.kernel_time_by_source = [kernel_time_by_source(recorder.rows(r)) for r in simulated]

@@ -323,3 +323,24 @@ def test_replay_models_the_allocator_the_run_used(tmp_path):
         assert r.peak_allocated_bytes == {0: used * MiB}
         flipped = "" if conf else "expandable_segments:True"
         assert replay(path, alloc_conf=flipped).peak_reserved_bytes == {0: other * MiB}
+
+
+def test_replay_names_the_model_constants_a_preset_changed_since_the_trace(tmp_path):
+    """A trace keeps its cluster: replayed without --cluster it keeps the GPU-sharing factors it was recorded with,
+    and the result names each constant its preset has changed since (the CLI prints them as a note); with --cluster
+    the preset's own are used and nothing is named. The factors matter: the two replays' iterations differ."""
+    old = load_cluster("h100-hgx", nodes=2, overrides=["nccl.sharing_compute=1.0", "nccl.sharing_memory=1.0"])
+    streams, sigs, meta = fsdp_streams(old, SyntheticModel(layers=2, seq=1024), iterations=3)
+    path = tmp_path / "old.h5"
+    simulate_streams(old, streams, path, signatures=sigs, meta=meta)
+    kept = replay(path)
+    today = load_cluster("h100-hgx", nodes=2)
+    named = {d.split(" ")[0] for d in kept.preset_drift}
+    assert named == {"nccl.sharing_compute", "nccl.sharing_memory"}
+    assert all(f"(preset: {getattr(today.nccl, k.split('.')[1])})" in d
+               for k, d in zip(sorted(named), sorted(kept.preset_drift)))
+    fresh = replay(path, cluster="h100-hgx", nodes=2)
+    assert fresh.preset_drift == []
+    assert fresh.iteration_s > kept.iteration_s            # today's factors slow the compute beside collectives
+    runner = CliRunner().invoke(main, ["replay", str(path)])
+    assert runner.exit_code == 0 and "nccl.sharing_compute 1.0 (preset: " in runner.output
