@@ -284,6 +284,14 @@ def _read_errors(trace: str):
         raise PhantoraError(f"{trace}: cannot read the trace: {e}") from None
 
 
+def _drift_note(r, skip: str = "") -> None:
+    """A replay that kept its trace's cluster: the model constants its preset has changed since, on stderr."""
+    drift = [d for d in r.preset_drift if d.split(" ")[0] != skip]
+    if drift:
+        click.echo(f"note: replayed with the trace's cluster '{r.cluster}', whose model constants its preset has "
+                   f"changed since: {'; '.join(drift)}; pass --cluster {r.cluster} for today's", err=True)
+
+
 @main.command("replay")
 @click.argument("trace", type=click.Path(dir_okay=False))
 @_replay_options
@@ -312,10 +320,7 @@ def replay_cmd(trace, cluster, nodes, gpus_per_node, gpu, profile, recost, overr
                    allow_incomplete=allow_incomplete, overwrite=overwrite)
     if r.recorded_problem:
         click.echo(f"warning: {r.recorded_problem}", err=True)
-    if r.preset_drift:
-        click.echo(f"note: replayed with the trace's cluster '{r.cluster}', whose model constants its preset has "
-                   f"changed since: {'; '.join(r.preset_drift)}; pass --cluster {r.cluster} for today's",
-                   err=True)
+    _drift_note(r)
     if as_json:
         click.echo(json.dumps(r.as_dict(), indent=1))
     else:
@@ -372,6 +377,8 @@ def sweep_cmd(trace, vary, cluster, nodes, gpus_per_node, gpu, profile, recost, 
                        alloc_conf=alloc_conf, allow_incomplete=allow_incomplete)
         if i == 0 and r.recorded_problem:
             click.echo(f"warning: {r.recorded_problem}", err=True)
+        if i == 0:
+            _drift_note(r, skip=key)
         results.append((v, r))
     if as_json:
         click.echo(json.dumps([{"value": v, **r.as_dict()} for v, r in results], indent=1))
