@@ -173,12 +173,13 @@ class NcclSpec:
     # A collective's kernels and the compute kernels beside them on one GPU slow each other (engine/core.py,
     # docs/network-model.md "Collectives and kernels sharing a GPU"): the factors by which each runs longer while
     # they overlap. Compute and memory: fitted on in-situ timelines of real two-GPU FSDP steps on 2 x H200 against
-    # the same steps on one GPU (groundtruth/insitu/sharing_fit.py over h200x2-nccl/ and h200x2-fsdp/, its `engine`
-    # column: the factors that give those steps their whole extra kernel time over the time NCCL overlapped);
+    # the same steps on one GPU (groundtruth/insitu/sharing_fit.py --engine over h200x2-nccl/, h200x2-fsdp/ and the
+    # simulated steps of h200x2-engine/: the factors that give those steps their whole extra kernel time over the
+    # time the engine's collectives overlap);
     # the collectives' factor read off the 8B step's NCCL kernels matched in order to the network model's times
     # for their sizes (docs/network-model.md). 1 turns the effect off.
-    sharing_compute: float = 1.65          # a compute-bound kernel (GEMM, attention) beside a collective
-    sharing_memory: float = 1.21           # an HBM-bound kernel beside a collective
+    sharing_compute: float = 1.80          # a compute-bound kernel (GEMM, attention) beside a collective
+    sharing_memory: float = 1.27           # an HBM-bound kernel beside a collective
     sharing_collective: float = 1.10       # a collective beside compute kernels
 
     def validate(self) -> None:

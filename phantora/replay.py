@@ -121,7 +121,7 @@ DRIFT_SECTIONS = ("nccl", "host")     # the cluster's fitted model constants (GP
 
 def preset_drift(spec: ClusterSpec) -> list[str]:
     """The model constants in which a trace's recorded cluster differs from the preset of the same name today
-    ("nccl.sharing_compute 1.18 (preset: 1.65)"); none for a cluster that is no preset (a TOML file, renamed)."""
+    ("nccl.sharing_compute 1.18 (preset: 1.8)"); none for a cluster that is no preset (a TOML file, renamed)."""
     try:
         today = load_cluster(spec.name, nodes=spec.nodes, gpus_per_node=spec.gpus_per_node).to_table()
     except PhantoraError:

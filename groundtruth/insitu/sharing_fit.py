@@ -11,6 +11,16 @@ engine has no `a`: it slows a kernel only for the time a collective overlaps it,
 (`[nccl] sharing_compute` and `sharing_memory`, docs/network-model.md) are the ones that give the two-GPU steps
 their whole extra kernel time: 1 + (the class's two-GPU time less its one-GPU time) / (its time overlapped by NCCL),
 the `engine` column. Prints one line per pair and class and the fits over all pairs.
+
+    python groundtruth/insitu/sharing_fit.py --engine SIM1.h5 SIM2.h5 ... ONE_GPU/timeline.json TWO_GPU/... [...]
+
+With `--engine`, one simulated trace per pair (the same two-GPU step under `phantora run`, replayed with the sharing
+off: `phantora replay T --recost --set nccl.sharing_compute=1 --set nccl.sharing_memory=1 --set
+nccl.sharing_collective=1 --out SIM.h5`) gives the overlap in the engine's own terms: its collectives are shorter
+than the real NCCL kernels (which hold each rank's wait for the other), so they overlap less compute. The factors
+then give the measured extra time over the engine's overlapped time: 1 + sum over pairs of (two-GPU time less
+one-GPU time) / sum of (the simulated overlapped share x the one-GPU time), per class (`[nccl] sharing_compute`
+and `sharing_memory`; the `engine` column is the same over the real NCCL kernels' overlap).
 """
 
 from __future__ import annotations
@@ -26,20 +36,26 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from compare_kernels import _union, clusters, compute_bound, load  # noqa: E402
 
 
+def overlap_with(busy: list[tuple[float, float]]):
+    """A function (start, end) -> the time of [start, end) inside the disjoint sorted intervals `busy`."""
+    starts = [s for s, _ in busy]
+
+    def overlap(s: float, e: float) -> float:
+        i, t = max(bisect.bisect_right(starts, s) - 1, 0), 0.0
+        while i < len(busy) and busy[i][0] < e:
+            t += max(0.0, min(e, busy[i][1]) - max(s, busy[i][0]))
+            i += 1
+        return t
+    return overlap
+
+
 def samples(base_path: str, other_path: str) -> dict[bool, list[tuple[float, float, float]]]:
     """(f, two-GPU duration, one-GPU duration) per matched launch, by class (True: GEMMs and attention)."""
     base = {n: clusters(d) for n, d in load(base_path).items()}
     data = json.loads(Path(other_path).read_text())
     names = data["names"]
-    nccl = _union(sorted((s, s + d) for n, _st, s, d in data["kernels"] if "nccl" in names[n].lower()))
-    starts = [s for s, _ in nccl]
-
-    def overlap(s: float, e: float) -> float:
-        i, t = max(bisect.bisect_right(starts, s) - 1, 0), 0.0
-        while i < len(nccl) and nccl[i][0] < e:
-            t += max(0.0, min(e, nccl[i][1]) - max(s, nccl[i][0]))
-            i += 1
-        return t
+    overlap = overlap_with(_union(sorted((s, s + d) for n, _st, s, d in data["kernels"]
+                                         if "nccl" in names[n].lower())))
 
     out: dict[bool, list] = {True: [], False: []}
     for n, _stream, s, d in data["kernels"]:
@@ -69,12 +85,57 @@ def engine_factor(rows: list[tuple[float, float, float]]) -> float:
     return 1.0 + extra / overlapped if overlapped > 0 else 1.0
 
 
+def simulated_overlap(trace: str) -> dict[bool, float]:
+    """Per class (True: compute-bound, at least 32 FLOPs per DRAM byte as the engine classes them), the share of
+    the kernel time of rank 0's steps after the first that a collective of that rank overlaps."""
+    from phantora.costmodel.families import work
+    from phantora.costmodel.signature import Signature
+    from phantora.engine.ops import OpKind
+    from phantora.trace.reader import TraceReader
+
+    with TraceReader(trace) as r:
+        ops, sigs = r.ops(0), r.signatures
+        marks = r.iterations(0, ops)
+    ops = ops[(ops["start"] >= marks[1]) & (ops["end"] <= marks[-1])]
+    overlap = overlap_with(_union(sorted((float(o["start"]), float(o["end"]))
+                                         for o in ops[ops["kind"] == int(OpKind.COLLECTIVE)])))
+
+    total, over, bound = {True: 0.0, False: 0.0}, {True: 0.0, False: 0.0}, {}
+    for k in ops[(ops["kind"] == int(OpKind.KERNEL)) & (ops["sig"] >= 0)]:
+        sid = int(k["sig"])
+        if sid not in bound:
+            w = work(Signature.from_key(sigs[sid]))
+            bound[sid] = w.flops >= 32 * max(w.nbytes, 1)
+        s, e = float(k["start"]), float(k["end"])
+        total[bound[sid]] += e - s
+        over[bound[sid]] += overlap(s, e)
+    return {c: over[c] / total[c] if total[c] > 0 else 0.0 for c in total}
+
+
+def engine_terms_factor(pairs: list[tuple[list, float]]) -> float:
+    """1 + measured extra time / the engine's overlapped time, over pairs of (matched launches, simulated share)."""
+    extra = sum(two - one for rows, _ in pairs for _f, two, one in rows)
+    overlapped = sum(share * sum(one for _f, _two, one in rows) for rows, share in pairs)
+    return 1.0 + extra / overlapped if overlapped > 0 else 1.0
+
+
 def main(paths: list[str]) -> None:
+    sims: list[str] = []
+    if paths and paths[0] == "--engine":
+        n = (len(paths) - 1) // 3
+        sims, paths = paths[1:1 + n], paths[1 + n:]
+        if len(paths) != 2 * n:
+            sys.exit(__doc__)
     if len(paths) < 2 or len(paths) % 2:
         sys.exit(__doc__)
     pooled: dict[bool, list] = {True: [], False: []}
-    for base, other in zip(paths[::2], paths[1::2]):
+    engine_pairs: dict[bool, list] = {True: [], False: []}
+    for i, (base, other) in enumerate(zip(paths[::2], paths[1::2])):
         got = samples(base, other)
+        if sims:
+            share = simulated_overlap(sims[i])
+            for cls in (True, False):
+                engine_pairs[cls].append((got[cls], share[cls]))
         for cls, label in ((True, "GEMMs and attention"), (False, "other kernels")):
             a, s, mf = fit(got[cls])
             pooled[cls] += got[cls]
@@ -84,6 +145,11 @@ def main(paths: list[str]) -> None:
         a, s, _ = fit(pooled[cls])
         print(f"{'all pairs':28s} {label:20s} alone x{a:.3f}  beside NCCL x{s:.3f}  "
               f"engine x{engine_factor(pooled[cls]):.3f}")
+    for cls, label in ((True, "GEMMs and attention"), (False, "other kernels")):
+        if sims:
+            shares = ", ".join(f"{share:.3f}" for _rows, share in engine_pairs[cls])
+            print(f"{'engine terms':28s} {label:20s} simulated overlap {shares}  "
+                  f"factor x{engine_terms_factor(engine_pairs[cls]):.3f}")
 
 
 if __name__ == "__main__":
