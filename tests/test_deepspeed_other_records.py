@@ -67,7 +67,7 @@ def test_every_case_reruns_the_measured_configuration():
             assert int(flags["--batch"]) == c["micro_batch"]
         else:
             assert "--batch" not in argv
-        # the measured shapes are passed, not left to the script's defaults
+        # every shape the measured run reports in its config is passed, not left to the script's defaults
         for key in ("image_size", "nodes", "edges", "features", "classes", "layers", "heads", "hidden"):
             if key in c:
                 assert int(flags["--" + key.replace("_", "-")]) == c[key], (rec.id, key)

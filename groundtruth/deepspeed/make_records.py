@@ -16,6 +16,7 @@ from pathlib import Path
 
 from phantora.groundtruth.hosts import host_of
 from phantora.groundtruth.schema import Hardware, Metrics, Parallelism, Record, Source, Workload
+from phantora.frameworks.deepspeed import NON_LANGUAGE_MODELS
 from phantora.groundtruth.submit import canonical_text
 
 def _preset_layers(model: str) -> int:
@@ -84,9 +85,8 @@ def other_record_of(path: Path, date: str) -> Record:
     micro = c.get("micro_batch", 1)
     options: dict = {"zero": c["zero"]}
     # the workload's shapes, which its rerun passes (the script's defaults may change)
-    for key in ("image_size", "nodes", "edges", "features", "classes", "layers", "heads", "hidden"):
-        if key in c:
-            options[key] = c[key]
+    for key in NON_LANGUAGE_MODELS[d["model"]][2]:
+        options[key] = c[key]
     if c.get("offload_optimizer", "none") != "none":
         options["offload_optimizer"] = c["offload_optimizer"]
     if c.get("torch_adam"):

@@ -29,11 +29,13 @@ SHAPE_OPTIONS = {
     "nodes": ("--nodes", "int"), "edges": ("--edges", "int"), "features": ("--features", "int"),   # GAT
     "classes": ("--classes", "int"), "heads": ("--heads", "int"), "hidden": ("--hidden", "int"),
 }
-# workloads that are not language models: model name (their SUMMARY's "model") -> (script, takes --batch)
+# workloads that are not language models: model name (their SUMMARY's "model") -> (script, takes --batch, the shape
+# options its records carry: the SUMMARY's config keys of the same names)
 NON_LANGUAGE_MODELS = {
-    "resnet50": ("deepspeed_resnet.py", True),     # images per GPU per micro-step
-    "sd15-unet": ("deepspeed_unet.py", True),      # latents per GPU per micro-step (needs diffusers)
-    "gat": ("deepspeed_gat.py", False),            # one full graph per step (needs torch_geometric)
+    "resnet50": ("deepspeed_resnet.py", True, ("image_size",)),      # images per GPU per micro-step
+    "sd15-unet": ("deepspeed_unet.py", True, ()),                     # latents per GPU (needs diffusers)
+    "gat": ("deepspeed_gat.py", False,                                # one full graph per step (torch_geometric)
+            ("nodes", "edges", "features", "classes", "layers", "heads", "hidden")),
 }
 
 
@@ -85,7 +87,7 @@ def _other_argv(model: str, *, gpus: int, pp: int, micro_batch: int, accum: int,
     if activation_checkpointing != "none":
         raise PresetError(f"the DeepSpeed {model} workload has no activation checkpointing",
                           key="workload.activation_checkpointing")
-    script, batched = NON_LANGUAGE_MODELS[model]
+    _script, batched, shapes = NON_LANGUAGE_MODELS[model]
     if not batched and micro_batch != 1:
         raise PresetError(f"the DeepSpeed {model} workload trains on one full graph per step: micro_batch is 1",
                           key="workload.micro_batch")
@@ -93,10 +95,8 @@ def _other_argv(model: str, *, gpus: int, pp: int, micro_batch: int, accum: int,
     if batched:
         argv += ["--batch", str(micro_batch)]
     argv += ["--grad-accum", str(accum), "--precision", precision, "--steps", str(steps)]
-    shapes = {"resnet50": {"image_size"}, "sd15-unet": set(),
-              "gat": {"nodes", "edges", "features", "classes", "heads", "hidden", "layers"}}[model]
     common = {"zero", "offload_optimizer", "torch_adam", "bucket_mb", "no_overlap_comm"}
-    unsupported = sorted(set(options or ()) - common - shapes)
+    unsupported = sorted(set(options or ()) - common - set(shapes))
     if unsupported:
         raise PresetError(f"the DeepSpeed {model} workload takes no {', '.join(unsupported)}",
                           key="workload.options")
