@@ -293,3 +293,41 @@ def test_a_wait_for_another_process_s_file_lock_takes_no_simulated_time(tmp_path
         waits.append(json.loads(line.split("]: ", 1)[-1])["waited_s"])
     # the other process held the lock 0.2 and 0.7 s of real time; the wait costs the rank the lock's own few lines
     assert max(waits) < 0.002
+
+
+def _elapsed(proc) -> float:
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (line,) = [ln for ln in proc.stdout.splitlines() if "elapsed_s" in ln]
+    return json.loads(line.split("]: ", 1)[-1])["elapsed_s"]
+
+
+def test_a_wait_for_another_thread_counts_the_same_whoever_gets_there_first():
+    """Whether a worker thread finishes before the main thread asks for its result is a race of the simulating
+    machine (stubs/phantora_stubs/thread_waits.py): both orders give the same simulated time."""
+    script = str(Path(__file__).parent / "scripts" / "thread_race.py")
+    times = [_elapsed(phantora_run("--gpus-per-node", "1", "--no-trace", "--", "python", script, first))
+             for first in ("worker", "main")]
+    assert times[0] == times[1]
+    assert times[0] > 0
+
+
+def test_a_dataset_reshuffled_from_an_earlier_run_s_cache_costs_the_same(tmp_path):
+    """Hugging Face datasets would load a shuffle an earlier run cached instead of computing it: different Python,
+    so the first run of a command and the second would differ (stubs/phantora_stubs/dataset_caches.py)."""
+    pytest.importorskip("datasets")
+    data = tmp_path / "data"
+    data.mkdir()
+    with open(data / "train.jsonl", "w") as f:
+        for i in range(64):
+            f.write(json.dumps({"text": f"document {i} " * 50}) + "\n")
+    cache = tmp_path / "hf-cache"
+    env = {"HF_DATASETS_CACHE": str(cache), "HF_DATASETS_OFFLINE": "1"}
+    # the dataset itself prepared beforehand, as a trainer finds it on its second run
+    prep = subprocess.run([sys.executable, "-c", f"from datasets import load_dataset; load_dataset({str(data)!r})"],
+                          env={**os.environ, **env}, capture_output=True, text=True, timeout=300)
+    assert prep.returncode == 0, prep.stderr[-3000:]
+    script = str(Path(__file__).parent / "scripts" / "dataset_reshuffle.py")
+    times = [_elapsed(phantora_run("--gpus-per-node", "1", "--no-trace", "--", "python", script, str(data),
+                                   env_extra=env)) for _ in range(2)]
+    assert times[0] == times[1]
+    assert times[0] > 0

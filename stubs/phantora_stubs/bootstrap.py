@@ -180,6 +180,8 @@ def install() -> context.Context | None:
     when_imported("torch", lambda torch: install_torch(ctx))
     from . import filelocks
     when_imported("filelock", filelocks.patch)   # waits for other ranks' file locks advance no time (filelocks.py)
+    from . import dataset_caches
+    when_imported("datasets", dataset_caches.patch)   # transforms computed, not loaded from earlier runs' caches
     return ctx
 
 

@@ -130,6 +130,10 @@ class CpuMeter:
                 loc.pending += gap
         loc.last = now
 
+    def counting(self) -> bool:
+        """Whether the calling thread's work is counted (model mode, once the thread has entered the stubs)."""
+        return self._off is not None and getattr(self._local, "counts", None) is not None
+
     def outermost(self) -> bool:
         """Whether the thread's current entry into the stubs is its outermost one (the framework called it)."""
         return self._loc().depth == 1

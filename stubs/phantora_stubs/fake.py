@@ -39,7 +39,7 @@ from typing import Any
 import torch
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode, unset_fake_temporarily
 
-from . import conversions
+from . import conversions, thread_waits
 from .clock import METER
 from .values import VALUES
 
@@ -494,6 +494,7 @@ def install(ctx) -> None:
     else:
         METER.use_model(ctx.config.host_costs)      # the framework's host work counted and priced (clock.py)
         conversions.install(ctx)                    # and its conversions between Python data and tensors
+        thread_waits.install()                      # a wait for another thread is not counted (a race)
         METER.dispatch_bias = interceptor.calibrate_dispatch_counts()
         ctx.extras["dispatch_bias"] = METER.dispatch_bias
     from .bootstrap import when_imported
