@@ -223,3 +223,15 @@ def test_rank_allocator_follows_its_alloc_conf_and_replay_keeps_it(tmp_path, con
     with TraceReader(trace) as rd:
         assert rd.meta["allocator"] == conf
     assert replay(trace).peak_reserved_bytes == {0: reserved_mib << 20}
+
+
+@pytest.mark.parametrize("pin", ["nopin", "pin"])
+def test_dataloader_worker_processes_feed_the_rank_real_batches(pin):
+    """DataLoader workers are forked processes computing on real tensors; the rank receives their batches through
+    shared memory, in its main thread (no pin memory) or in the pin-memory thread, and gets them whole and in order."""
+    proc = phantora_run("--gpus-per-node", "1", "--no-trace", "--", "python",
+                        str(ROOT / "tests" / "scripts" / "dataloader_workers.py"), pin)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (line,) = [ln for ln in proc.stdout.splitlines() if '"labels"' in ln]
+    labels = json.loads(line.split("]: ", 1)[-1])["labels"]
+    assert labels == [list(range(i, i + 8)) for i in range(0, 64, 8)]

@@ -157,6 +157,17 @@ def patch_device_mesh(module: Any) -> None:
         module.init_device_mesh = _unfaked(fn)
 
 
+def patch_tensor_receiving(module: Any) -> None:
+    """Tensors received from another process (`torch.multiprocessing`'s queues: a DataLoader worker's batches) are
+    rebuilt with the fake mode unset: they arrive in shared memory holding real data, and rebuilt under the mode the
+    empty fake tensor cannot take their real storage (PyTorch refuses to set a meta tensor's storage to a CPU one).
+    They reach the rank as real CPU tensors, as when a pin-memory thread (where the mode is not active) receives them."""
+    for name in ("rebuild_tensor", "rebuild_nested_tensor"):
+        fn = getattr(module, name, None)
+        if fn is not None and not getattr(fn, "__phantora__", False):
+            setattr(module, name, _unfaked(fn))
+
+
 # ---- record_stream ---------------------------------------------------------------------------------------------------
 
 def _install_record_stream() -> None:
@@ -499,6 +510,7 @@ def install(ctx) -> None:
         ctx.extras["dispatch_bias"] = METER.dispatch_bias
     from .bootstrap import when_imported
     when_imported("torch.distributed.tensor._sharding_prop", patch_sharding_propagation)
+    when_imported("torch.multiprocessing.reductions", patch_tensor_receiving)
     _mark_cuda_initialized()
     mode = make_fake_mode()
     ictp = interceptor.Interceptor(ctx)

@@ -26,6 +26,9 @@ from .clock import METER
 METHODS: tuple[tuple[Any, str], ...] = (
     (threading.Condition, "wait"),
     (threading.Condition, "wait_for"),
+    (threading.Condition, "notify"),
+    (threading.Condition, "notify_all"),
+    (threading.Event, "set"),
     (threading.Event, "wait"),
     (threading.Thread, "join"),
     (threading.Barrier, "wait"),
