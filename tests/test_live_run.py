@@ -235,3 +235,29 @@ def test_dataloader_worker_processes_feed_the_rank_real_batches(pin):
     (line,) = [ln for ln in proc.stdout.splitlines() if '"labels"' in ln]
     labels = json.loads(line.split("]: ", 1)[-1])["labels"]
     assert labels == [list(range(i, i + 8)) for i in range(0, 64, 8)]
+
+
+def test_torch_save_writes_a_checkpoint_of_shapes_and_costs_its_device_to_host_copies(tmp_path):
+    """A checkpoint of fake tensors (stubs/phantora_stubs/saving.py): the file holds every key and shape as meta
+    tensors and loads anywhere; each CUDA storage saved is copied to the host once, as torch.save does."""
+    import torch
+
+    from phantora.engine.ops import Memcpy, OpKind
+    from phantora.trace.reader import TraceReader
+
+    ckpt, trace = tmp_path / "ckpt.pt", tmp_path / "t.h5"
+    proc = phantora_run("--gpus-per-node", "1", "--trace", str(trace), "--", "python",
+                        str(ROOT / "tests" / "scripts" / "save_checkpoint.py"), str(ckpt))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (line,) = [ln for ln in proc.stdout.splitlines() if "cuda_bytes" in ln]
+    said = json.loads(line.split("]: ", 1)[-1])
+    state = torch.load(ckpt)
+    assert state["step"] == 1
+    assert {k: list(v.shape) for k, v in state["model"].items()} == said["shapes"]
+    assert all(v.device.type == "meta" for v in state["model"].values())
+    assert set(state["opt"]["state"]) == {0, 1, 2, 3}
+    assert ckpt.stat().st_size < 100_000            # shapes, not the 2 MB of data
+    with TraceReader(trace) as r:
+        ops = r.ops(0)
+    d2h = ops[(ops["kind"] == OpKind.MEMCPY) & (ops["arg"] == Memcpy.D2H)]
+    assert int(d2h["nbytes"].sum()) == said["cuda_bytes"]

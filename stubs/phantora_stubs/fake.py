@@ -39,7 +39,7 @@ from typing import Any
 import torch
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode, unset_fake_temporarily
 
-from . import conversions, thread_waits
+from . import conversions, saving, thread_waits
 from .clock import METER
 from .values import VALUES
 
@@ -489,6 +489,7 @@ def install(ctx) -> None:
     if ctx.fake_mode is not None:
         return
     _install_swap()
+    saving.install()
     _install_record_stream()
     _install_compile()
     triton_stub.install()
