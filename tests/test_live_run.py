@@ -261,3 +261,26 @@ def test_torch_save_writes_a_checkpoint_of_shapes_and_costs_its_device_to_host_c
         ops = r.ops(0)
     d2h = ops[(ops["kind"] == OpKind.MEMCPY) & (ops["arg"] == Memcpy.D2H)]
     assert int(d2h["nbytes"].sum()) == said["cuda_bytes"]
+
+
+def test_fake_tensors_have_distinct_data_pointers_shared_by_their_views():
+    """A meta storage's pointer is 0 for all: read as data, every tensor would share memory with every other."""
+    proc = phantora_run("--gpus-per-node", "1", "--no-trace", "--", "python",
+                        str(ROOT / "tests" / "scripts" / "data_pointers.py"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (line,) = [ln for ln in proc.stdout.splitlines() if '"view"' in ln]
+    p = json.loads(line.split("]: ", 1)[-1])
+    assert p["a"] != p["b"] and p["a"] != 0 and p["b"] != 0
+    assert p["view"] == p["a"] + 10 * 4                       # float32 elements
+    assert p["a_storage"] == p["view_storage"] == p["a"]
+    assert p["a"] % 512 == 0 and p["b"] % 512 == 0             # the CUDA caching allocator's alignment
+    assert p["empty"] == 0
+    assert len(set(p["params"])) == 4
+
+
+def test_fsdp1_trains_and_gathers_a_full_state_dict():
+    """FSDP1 records streams with the modes switched off (no_dispatch), which reaches the CUDA backend."""
+    proc = phantora_run("--gpus-per-node", "2", "--no-trace", "--", "python",
+                        str(ROOT / "tests" / "scripts" / "fsdp1_steps.py"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "trained 24" in proc.stdout

@@ -6,7 +6,7 @@ for the rest of the program. Then it applies:
 - `torch.utils.swap_tensors` that tolerates fake tensors (their fake mode holds weak references to them), used by
   `nn.Module.to()` / `to_empty()`;
 - DeviceMesh bookkeeping (a small CPU tensor of ranks, `nonzero`, `tolist`) with the fake mode unset;
-- a no-op Meta kernel for `aten::record_stream`;
+- no-op Meta and CUDA kernels for `aten::record_stream`;
 - `torch.compile` (and `nn.Module.compile`) compiled by Dynamo and Inductor, whose generated kernels are simulated
   (compiled.py, docs/compile.md);
 - a `triton` stub package when triton is not installed (see triton_stub.py);
@@ -171,13 +171,52 @@ def patch_tensor_receiving(module: Any) -> None:
 # ---- record_stream ---------------------------------------------------------------------------------------------------
 
 def _install_record_stream() -> None:
+    """`record_stream` keeps a block from reuse until a stream's work is done: a metadata op to the interceptor (the
+    allocator model does not track it). A no-op Meta kernel for fake tensors, and a no-op CUDA kernel for the calls
+    made with the modes switched off (FSDP1 calls it under `no_dispatch()`), which reach the CUDA backend that a CPU
+    build of torch lacks."""
     if "record_stream" in _PATCHED:
         return
     lib = torch.library.Library("aten", "IMPL")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         lib.impl("record_stream", lambda self, s: None, "Meta")
+        lib.impl("record_stream", lambda self, s: None, "CUDA")
     _PATCHED["record_stream"] = lib
+
+
+# ---- data pointers ---------------------------------------------------------------------------------------------------
+
+def _install_data_pointers() -> None:
+    """A fake tensor's storage is a meta storage, whose data pointer is 0: every tensor would seem to share memory with
+    every other, and code that tells storages apart by their pointers (FSDP1's `_same_storage`, shared-weight
+    detection by `untyped_storage().data_ptr()`, DeepSpeed's checks) would read that placeholder as data. A meta
+    storage of some bytes answers a distinct address instead, 512-byte aligned as the CUDA caching allocator's blocks
+    (its C++ object's address, shifted: unique among live storages), and a fake tensor its storage's address plus its
+    offset, as on a GPU. Real storages answer as before."""
+    if "data_ptr" in _PATCHED:
+        return
+    original = _PATCHED["data_ptr"] = torch.UntypedStorage.data_ptr
+
+    def storage_data_ptr(self) -> int:
+        METER.enter()                  # a C call in a real run: the stand-in's Python is not the framework's
+        try:
+            if self.device.type != "meta":
+                return original(self)
+            return self._cdata << 9 if self.nbytes() else 0
+        finally:
+            METER.exit()
+
+    def tensor_data_ptr(self) -> int:
+        METER.enter()
+        try:
+            base = storage_data_ptr(self.untyped_storage())
+            return base + self.storage_offset() * self.element_size() if base else 0
+        finally:
+            METER.exit()
+
+    torch.UntypedStorage.data_ptr = storage_data_ptr
+    FakeTensor.data_ptr = tensor_data_ptr
 
 
 # ---- torch.compile ---------------------------------------------------------------------------------------------------
@@ -489,6 +528,7 @@ def install(ctx) -> None:
     if ctx.fake_mode is not None:
         return
     _install_swap()
+    _install_data_pointers()
     saving.install()
     _install_record_stream()
     _install_compile()
