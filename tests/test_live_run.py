@@ -284,3 +284,16 @@ def test_fsdp1_trains_and_gathers_a_full_state_dict():
                         str(ROOT / "tests" / "scripts" / "fsdp1_steps.py"))
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "trained 24" in proc.stdout
+
+
+def test_torch_profiler_with_its_cuda_activity_runs_on_the_cpu_activity(tmp_path):
+    """A CPU build of torch has no CUDA profiler: asked for, it warned with a stack trace around every op."""
+    out = tmp_path / "profile.json"
+    proc = phantora_run("--gpus-per-node", "1", "--no-trace", "--", "python",
+                        str(ROOT / "tests" / "scripts" / "torch_profiler.py"), str(out))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Failed to record CUDA event" not in proc.stdout + proc.stderr
+    (line,) = [ln for ln in proc.stdout.splitlines() if "]: profiled " in ln]
+    aten_events, legacy_events = (int(x) for x in line.split("profiled", 1)[1].split())
+    assert aten_events > 10 and legacy_events > 0
+    assert (proc.stdout + proc.stderr).count("torch.profiler runs without its CUDA activity") == 1

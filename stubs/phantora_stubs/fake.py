@@ -39,7 +39,7 @@ from typing import Any
 import torch
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode, unset_fake_temporarily
 
-from . import conversions, saving, thread_waits
+from . import conversions, saving, thread_waits, torch_profiler
 from .clock import METER
 from .values import VALUES
 
@@ -530,6 +530,7 @@ def install(ctx) -> None:
     _install_swap()
     _install_data_pointers()
     saving.install()
+    torch_profiler.install()
     _install_record_stream()
     _install_compile()
     triton_stub.install()
