@@ -9,6 +9,7 @@ from typing import Any
 import torch.distributed as dist
 
 from .dist_groups import PhantoraProcessGroup
+from .errors import note_once
 
 
 # ---- DistributedDataParallel's start-up helpers (C++ that reads tensor data) ------------------------------------
@@ -80,16 +81,9 @@ class _DistProxy:
         return getattr(self._real, name)
 
 
-_NOTED: list = []
-
-
 def _note_find_unused() -> None:
-    if not _NOTED:
-        _NOTED.append(True)
-        import os
-        if os.environ.get("PHANTORA_RANK", "0") == "0":
-            print("phantora: DistributedDataParallel(find_unused_parameters=True) is simulated as False: every "
-                  "parameter must get a gradient each step (docs/stubs.md)", file=sys.stderr, flush=True)
+    note_once("find_unused", "DistributedDataParallel(find_unused_parameters=True) is simulated as False: every "
+              "parameter must get a gradient each step (docs/stubs.md)")
 
 
 def verify_param_shapes(process_group, tensors, logger=None):

@@ -25,6 +25,19 @@ class StubConfigError(PhantoraError):
     """An environment variable that configures a rank has a bad value."""
 
 
+_NOTED: set = set()
+
+
+def note_once(key: str, message: str) -> None:
+    """Print `phantora: MESSAGE` on rank 0's stderr, once per run for each `key` (what the simulation does differently
+    from a GPU host, for the user to know)."""
+    if key in _NOTED:
+        return
+    _NOTED.add(key)
+    if os.environ.get("PHANTORA_RANK", "0") == "0":
+        print(f"phantora: {message}", file=sys.stderr, flush=True)
+
+
 _STUBS_DIR = os.path.dirname(os.path.abspath(__file__))
 _SKIP_PARTS = (os.sep + "torch" + os.sep, os.sep + "phantora" + os.sep, os.sep + "torchgen" + os.sep)
 

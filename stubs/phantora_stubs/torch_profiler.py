@@ -10,20 +10,14 @@ profiler's own Python is the program's host work, as it is on a real host (profi
 from __future__ import annotations
 
 import functools
-import os
-import sys
 from typing import Any
 
-_NOTED: list = []
-
+from .errors import note_once
 
 def _note() -> None:
-    if not _NOTED:
-        _NOTED.append(True)
-        if os.environ.get("PHANTORA_RANK", "0") == "0":
-            print("phantora: torch.profiler runs without its CUDA activity in a simulated rank (a CPU build of torch has "
-                  "no CUDA profiler); the simulated kernels are in the run's trace: `phantora export TRACE` "
-                  "(docs/stubs.md)", file=sys.stderr, flush=True)
+    note_once("torch.profiler", "torch.profiler runs without its CUDA activity in a simulated rank (a CPU build of "
+              "torch has no CUDA profiler); the simulated kernels are in the run's trace: `phantora export TRACE` "
+              "(docs/stubs.md)")
 
 
 def _without_cuda(init: Any, strip: Any) -> Any:
