@@ -436,3 +436,20 @@ def test_forced_math_sdpa_runs_no_fused_attention(dispatch_names):
     assert "bmm" in names                                            # Q K^T and P V
     assert any("softmax" in n and "backward" not in n for n in names)
     assert "_softmax_backward_data" in names
+
+
+def test_boolean_mask_indexing_picks_what_the_mask_says_or_the_upper_bound(stub_cache, tmp_path):
+    """x[mask] is nonzero() and then indexing, as PyTorch runs it: a kernel for each, and the host reads the count
+    back; a mask with a known value gives the real count, an unknown one every element (docs/stubs.md)."""
+    oplog = tmp_path / "ops.jsonl"
+    out = run_script("mask_indexing.py", stub_cache, oplog=oplog)
+    assert out["known"] == [1000 - len(range(0, 1000, 7)), 64]
+    assert out["grad"] == [1000, 64]
+    assert out["unknown"] == [8192, 256]
+    assert out["middle"] == [4, 50, 16]
+    assert out["put"] == [8192, 256]
+    names = [op["name"] for op in read_oplog(oplog) if op["kind"] == "KERNEL"]
+    # four masks, and the backward of x[mask], which puts the gradient back through the same mask (index_put)
+    assert sum(n == "aten.nonzero.default" for n in names) == 5
+    assert sum(n.startswith("aten.index.") for n in names) == 3
+    assert sum(n.startswith("aten.index_put") for n in names) == 2

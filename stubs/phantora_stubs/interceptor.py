@@ -50,7 +50,7 @@ from .routes import ROUTES
 from .values import VALUES, placeholder_scalar
 
 # op categories (cached per op overload)
-VIEW, KERNEL, COPY, ITEM, DD_SCALAR, DD_SHAPE, FCOLL, FWAIT, PASS, SDPA, HOP, PIN = range(12)
+VIEW, KERNEL, COPY, ITEM, DD_SCALAR, DD_SHAPE, FCOLL, FWAIT, PASS, SDPA, HOP, PIN, INDEX = range(13)
 
 _METADATA = frozenset({"detach", "alias", "lift_fresh", "record_stream", "size", "stride", "storage_offset",
                        "sym_size", "sym_stride", "sym_numel", "sym_storage_offset", "is_same_size", "_version",
@@ -69,6 +69,8 @@ def _copied(args: Any, out: Any) -> bool:
             and not torch._C._is_alias_of(out, src))
 _DD_SCALAR = frozenset({"equal", "is_nonzero", "allclose"})
 _DD_SHAPE = frozenset({"nonzero", "masked_select", "_unique2", "unique_consecutive", "unique_dim", "_unique"})
+_INDEXING = frozenset({"index", "index_put", "index_put_", "_index_put_impl_"})
+"""Advanced indexing, whose boolean (mask) indices make the shape of what they pick depend on values."""
 _FCOLL_NS = frozenset({"_c10d_functional", "_c10d_functional_autograd", "c10d_functional"})
 _FCOLL_NAMES = {
     "all_reduce": "all_reduce", "all_reduce_": "all_reduce", "all_reduce_coalesced": "all_reduce",
@@ -105,6 +107,8 @@ def _classify(func: Any) -> int:
             return DD_SCALAR
         if name in _DD_SHAPE:
             return DD_SHAPE
+        if name in _INDEXING:
+            return INDEX
         if name in _COPIES:
             return COPY
         if name == "scaled_dot_product_attention":
@@ -267,6 +271,8 @@ class Interceptor(TorchDispatchMode):
             return self._dd_shape(func, args, kwargs)
         if cat == PIN:
             return self._pin(func, args, kwargs)
+        if cat == INDEX:
+            return self._index(func, args, kwargs)
         return self._run(func, args, kwargs)     # PASS
 
     def _silent(self, func, args, kwargs):
@@ -496,6 +502,27 @@ class Interceptor(TorchDispatchMode):
             self._emit_kernel(func, args, kwargs, device, mem)
             self._host_read(x, 8)         # the kernel's output size is read back by the host
         return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def _index(self, func, args, kwargs):
+        """Advanced indexing. A boolean (or uint8) mask among the indices is what PyTorch turns it into: its
+        `nonzero()` (a kernel, and the host reading back how many elements it found, as on a GPU), one index per
+        dimension of the mask; the indexing then picks by those (`x[mask]`, `x[mask] = v`). The mask's value known,
+        the real count; unknown, every element (the upper bound, as `nonzero` gives)."""
+        indices = args[1] if len(args) > 1 else kwargs.get("indices")
+        if not any(isinstance(i, torch.Tensor) and i.dtype in (torch.bool, torch.uint8) for i in indices or ()):
+            return self._kernel(func, args, kwargs)
+        expanded = []
+        for i in indices:
+            if isinstance(i, torch.Tensor) and i.dtype in (torch.bool, torch.uint8):
+                found = self._dispatch(torch.ops.aten.nonzero.default, (i,), {})
+                expanded.extend(self._dispatch(torch.ops.aten.select.int, (found, 1, d), {}) for d in range(i.dim()))
+            else:
+                expanded.append(i)
+        if len(args) > 1:
+            args = (args[0], expanded, *args[2:])
+        else:
+            kwargs = {**kwargs, "indices": expanded}
+        return self._kernel(func, args, kwargs)
 
     def _upper_bound_shapes(self, func, args, kwargs, x) -> list[tuple[tuple[int, ...], torch.dtype]]:
         name = _packet_name(func)
