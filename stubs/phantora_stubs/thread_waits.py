@@ -94,7 +94,9 @@ def _uncounted_generator(fn: Callable) -> Callable:
 
 
 def install() -> None:
-    """Replace the waits (idempotent). Called before the program imports anything that keeps references to them."""
+    """Replace the waits (idempotent). Called when the rank sets torch up (fake.py), right after the program's
+    `import torch`: the methods are replaced on their classes, so every caller sees them; a module that imported
+    `concurrent.futures.wait` or `as_completed` by name before that keeps the original (counted) function."""
     for cls, name in METHODS:
         setattr(cls, name, _uncounted(getattr(cls, name)))
     for name in FUNCTIONS:
