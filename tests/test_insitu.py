@@ -87,3 +87,29 @@ def test_kernel_comparison_recovers_known_slowdowns(tmp_path, capsys):
     everything = _ratios(mod, base, other, False, capsys)
     # the launches beside NCCL make the GEMMs' durations differ from the base's (another cluster, or a higher mean)
     assert everything.get("GEMMs and attention") != pytest.approx(1.1, abs=1e-3)
+
+
+def _with_annotations(rows, optimizer_us):
+    """The rows plus the GPU-side ranges torch.profiler lists beside the kernels: an optimizer step's range after
+    each round of kernels (on the compute stream) and an FSDP all-gather range on a side stream over everything."""
+    end = max(t + d for _n, _s, t, d in rows)
+    out = list(rows) + [("FSDP::all_gather (layers.0)", 18, 0.0, end)]
+    out += [("Optimizer.step#AdamW.step", 7, end + i * 1e4, optimizer_us) for i in range(16)]
+    return out
+
+
+def test_kernel_comparison_leaves_out_record_function_ranges(tmp_path, capsys):
+    """The ranges of record_function scopes in a timeline (an optimizer step twice as long in one run as in the
+    other, an FSDP range on another stream covering every kernel) are not kernels: the ratios stay those of the
+    kernels, also for the launches alone on the GPU."""
+    mod = _compare_module()
+    base = _timeline(tmp_path / "base.json", _with_annotations(_step(), 800.0))
+    other = _timeline(tmp_path / "other.json", _with_annotations(_step(gemm_scale=1.1), 400.0))
+    ratios = _ratios(mod, base, other, False, capsys)
+    assert ratios["GEMMs and attention"] == pytest.approx(1.1, abs=1e-3)
+    assert ratios["other kernels (HBM-bound)"] == pytest.approx(1.0, abs=1e-3)
+    mod.main(base, other, False, True)
+    alone = {line.split(":")[0].lstrip("# "): float(line.split(":")[1])
+             for line in capsys.readouterr().out.splitlines() if line.startswith("#")}
+    assert alone == {"GEMMs and attention": pytest.approx(1.1, abs=1e-3),
+                     "other kernels (HBM-bound)": pytest.approx(1.0, abs=1e-3)}

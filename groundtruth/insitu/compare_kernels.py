@@ -25,9 +25,28 @@ MIN_LAUNCHES = 6
 MIN_US = 20.0
 
 
+# GPU-side ranges of torch.profiler's record_function scopes (FSDP's, the optimizer's, NCCL's, a compiled graph's
+# call): the timelines committed so far list them among the kernels, on the kernels' streams
+# (workload_common.write_kernel_profile now leaves them out). They are not kernels: `Optimizer.step#AdamW.step`
+# spans the whole optimizer step.
+ANNOTATION_PREFIXES = ("FSDP::", "Optimizer.", "nccl:", "## ", "DistributedDataParallel.", "ProfilerStep#",
+                       "record_param_comms", "Command Buffer Full")
+
+
+def is_annotation(name: str) -> bool:
+    return name.startswith(ANNOTATION_PREFIXES)
+
+
+def kernels(data: dict) -> list:
+    """The timeline's (name id, stream, start, duration) rows that are GPU activities, not annotations."""
+    names = data["names"]
+    return [k for k in data["kernels"] if not is_annotation(names[k[0]])]
+
+
 def load(path: str, outside_nccl: bool = False, alone: bool = False) -> dict[str, list[float]]:
     data = json.loads(open(path).read())
     names = data["names"]
+    data["kernels"] = kernels(data)
     nccl = _union(sorted((start, start + dur) for name, _s, start, dur in data["kernels"]
                          if "nccl" in names[name].lower()))
     per_stream: dict[int, list[tuple[float, float]]] = defaultdict(list)

@@ -22,11 +22,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections import defaultdict
 from pathlib import Path
 
 from phantora.engine.ops import OpKind
 from phantora.trace.reader import TraceReader
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from compare_kernels import kernels  # noqa: E402
 
 
 def simulated(trace: str, rank: int, steps: int) -> tuple[dict, dict]:
@@ -75,7 +79,7 @@ def main(argv: list[str] | None = None) -> None:
     timeline = Path(a.ops_json).with_name("timeline.json")
     if timeline.exists():            # every kernel, also those no aten op launched (a C++ extension's)
         tl = json.loads(timeline.read_text())
-        real_total = sum(d for n, _st, _s, d in tl["kernels"] if "nccl" not in tl["names"][n].lower())
+        real_total = sum(d for n, _st, _s, d in kernels(tl) if "nccl" not in tl["names"][n].lower())
         print(f"  {'all kernels but NCCL (timeline.json)':58s} {sum(t for _c, t in sim_op.values()) / 1e3:9.2f}"
               f"          / {real_total / 1e3:9.2f}")
     keys = sorted(set(sim_op) | set(real_op), key=lambda k: -max(sim_op.get(k, [0, 0])[1], real_op.get(k, [0, 0])[1]))

@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from compare_kernels import _union, clusters, compute_bound, load  # noqa: E402
+from compare_kernels import _union, clusters, compute_bound, kernels, load  # noqa: E402
 
 
 def overlap_with(busy: list[tuple[float, float]]):
@@ -54,6 +54,7 @@ def samples(base_path: str, other_path: str) -> dict[bool, list[tuple[float, flo
     base = {n: clusters(d) for n, d in load(base_path).items()}
     data = json.loads(Path(other_path).read_text())
     names = data["names"]
+    data["kernels"] = kernels(data)
     overlap = overlap_with(_union(sorted((s, s + d) for n, _st, s, d in data["kernels"]
                                          if "nccl" in names[n].lower())))
 

@@ -279,6 +279,8 @@ def write_kernel_profile(prof, out: Path, step_times: list[float], prog: str) ->
     for ev in prof.profiler.kineto_results.events():
         if "cuda" not in str(ev.device_type()).lower():
             continue
+        if getattr(ev, "is_user_annotation", lambda: False)():   # a record_function's range, not a GPU activity
+            continue
         k = kernels.setdefault(ev.name(), [0, 0.0])
         k[0] += 1
         k[1] += ev.duration_ns() / 1000.0
