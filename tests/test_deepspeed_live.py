@@ -142,3 +142,13 @@ def test_non_llm_workloads_train_with_one_iteration_per_step(tmp_path, stub_cach
     with TraceReader(trace) as t:
         assert t.meta["complete_simulation"] is True
         assert all(len(t.iterations(r)) == 2 for r in t.ranks)
+
+
+@pytest.mark.parametrize("script", ["deepspeed_resnet.py", "deepspeed_unet.py", "deepspeed_gat.py"])
+def test_non_llm_kernel_profile_needs_the_recorded_steps(script):
+    """--kernel-profile records steps 3-4 (workload_common.KERNEL_PROFILE_STEPS): with 3 steps the workload stops
+    before any work with one line and status 2, as deepspeed_gpt.py and llama.py do."""
+    proc = subprocess.run([sys.executable, str(ROOT / "presets" / "workloads" / script), "--kernel-profile", "d",
+                           "--steps", "3"], capture_output=True, text=True, timeout=120)
+    lines = [x for x in proc.stderr.splitlines() if x.strip()]
+    assert proc.returncode == 2 and len(lines) == 1 and "--kernel-profile" in lines[0], proc.stderr[-2000:]

@@ -13,7 +13,8 @@ from typing import Callable
 
 import torch
 
-from workload_common import UsageError, cuda_main
+from workload_common import (KERNEL_PROFILE_STEPS, UsageError, cuda_main, start_kernel_profile,
+                             write_kernel_profile)
 
 
 def add_deepspeed_options(p: argparse.ArgumentParser, default_zero: int = 2) -> None:
@@ -37,6 +38,13 @@ def add_deepspeed_options(p: argparse.ArgumentParser, default_zero: int = 2) -> 
     p.add_argument("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)  # deepspeed launcher
 
 
+def add_kernel_profile_option(p: argparse.ArgumentParser) -> None:
+    """`--kernel-profile DIR` of the non-language-model workloads (run_steps records steps 3-4)."""
+    p.add_argument("--kernel-profile", default=None, metavar="DIR",
+                   help="record steps 3-4 with torch.profiler on a GPU host: DIR/{ops,kernels,launchers,timeline}"
+                        ".json (rank 0; DIR/rank<N>/ for the others)")
+
+
 def check_deepspeed_options(args: argparse.Namespace) -> None:
     if args.grad_accum <= 0:
         raise UsageError("--grad-accum must be positive")
@@ -44,6 +52,8 @@ def check_deepspeed_options(args: argparse.Namespace) -> None:
         raise UsageError("--bucket-mb must be positive")
     if args.offload_optimizer != "none" and args.zero == 0:
         raise UsageError("--offload-optimizer needs --zero 1, 2 or 3")
+    if getattr(args, "kernel_profile", None) and args.steps < KERNEL_PROFILE_STEPS[-1]:
+        raise UsageError("--kernel-profile records steps 3-4: it needs --steps 4 or more")
 
 
 def ds_config(args, dp: int) -> dict:
@@ -90,11 +100,16 @@ def ds_config(args, dp: int) -> dict:
 
 
 def run_steps(engine, steps: int, grad_accum: int, micro_loss: Callable[[], torch.Tensor],
-              line: Callable[[int, float, float], str] | None) -> tuple[list[float], list[float]]:
+              line: Callable[[int, float, float], str] | None, kernel_profile: str | None = None,
+              rank: int = 0, prog: str = "") -> tuple[list[float], list[float]]:
     """`steps` optimizer steps of `grad_accum` micro-steps (`engine.backward`, `engine.step`), each timed between two
-    `torch.cuda.synchronize()`; `line(step, seconds, loss)`, if given, is printed after each."""
+    `torch.cuda.synchronize()`; `line(step, seconds, loss)`, if given, is printed after each. With `kernel_profile`
+    (a folder), steps 3-4 are recorded by torch.profiler (workload_common.write_kernel_profile)."""
     times, losses = [], []
+    recorder = None
     for step in range(1, steps + 1):
+        if kernel_profile and step == KERNEL_PROFILE_STEPS[0]:
+            recorder = start_kernel_profile()
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         for _ in range(grad_accum):
@@ -104,6 +119,10 @@ def run_steps(engine, steps: int, grad_accum: int, micro_loss: Callable[[], torc
         torch.cuda.synchronize()
         dt = time.perf_counter() - t0
         times.append(dt)
+        if recorder is not None and step == KERNEL_PROFILE_STEPS[-1]:
+            out = Path(kernel_profile) if rank == 0 else Path(kernel_profile) / f"rank{rank}"
+            write_kernel_profile(recorder, out, times[-len(KERNEL_PROFILE_STEPS):], prog)
+            recorder = None
         losses.append(loss.item())
         if line is not None:
             print(line(step, dt, losses[-1]), flush=True)

@@ -28,8 +28,8 @@ import torch.nn.functional as F
 
 PROG = "deepspeed_resnet"
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from deepspeed_common import (add_deepspeed_options, check_deepspeed_options, ds_config, run_steps,  # noqa: E402
-                              samples_summary, step_line, workload_main)
+from deepspeed_common import (add_deepspeed_options, add_kernel_profile_option, check_deepspeed_options,  # noqa: E402
+                              ds_config, run_steps, samples_summary, step_line, workload_main)
 from workload_common import Parser, UsageError, write_summary  # noqa: E402
 
 
@@ -90,6 +90,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=10, help="optimizer steps")
     p.add_argument("--json-out", default=None, help="also write the SUMMARY json to this file (rank 0)")
     add_deepspeed_options(p, default_zero=1)
+    add_kernel_profile_option(p)
     args = p.parse_args(argv)
     for name in ("batch", "image_size", "steps"):
         if getattr(args, name) <= 0:
@@ -129,7 +130,8 @@ def train(args, rank: int, local_rank: int, world: int) -> None:
         return F.cross_entropy(engine(images).float(), labels)
 
     times, losses = run_steps(engine, args.steps, args.grad_accum, micro_loss,
-                              step_line("images", images_per_step, world, device) if log else None)
+                              step_line("images", images_per_step, world, device) if log else None,
+                              kernel_profile=args.kernel_profile, rank=rank, prog=PROG)
     if log:
         write_summary(samples_summary(
             PROG, "resnet50", images_per_step, times, losses, world, device, params=n_params,
