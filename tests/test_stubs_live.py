@@ -440,7 +440,8 @@ def test_forced_math_sdpa_runs_no_fused_attention(dispatch_names):
 
 def test_boolean_mask_indexing_picks_what_the_mask_says_or_the_upper_bound(stub_cache, tmp_path):
     """x[mask] is nonzero() and then indexing, as PyTorch runs it: a kernel for each, and the host reads the count
-    back; a mask with a known value gives the real count, an unknown one every element (docs/stubs.md)."""
+    back; a mask with a known value gives the real count, an unknown one every element (docs/stubs.md). x[mask] = a
+    host scalar is one masked_fill_."""
     oplog = tmp_path / "ops.jsonl"
     out = run_script("mask_indexing.py", stub_cache, oplog=oplog)
     assert out["known"] == [1000 - len(range(0, 1000, 7)), 64]
@@ -448,8 +449,11 @@ def test_boolean_mask_indexing_picks_what_the_mask_says_or_the_upper_bound(stub_
     assert out["unknown"] == [8192, 256]
     assert out["middle"] == [4, 50, 16]
     assert out["put"] == [8192, 256]
+    assert out["small"] == [1.0, 0.0, 0.0] and out["grid"] == [4, 100, 16]
     names = [op["name"] for op in read_oplog(oplog) if op["kind"] == "KERNEL"]
-    # four masks, and the backward of x[mask], which puts the gradient back through the same mask (index_put)
-    assert sum(n == "aten.nonzero.default" for n in names) == 5
+    # three masks read, and the backward of x[mask], which puts the gradient back through the same mask (index_put);
+    # x[mask] = 0.0 is a masked_fill_, as ATen's index_put makes it (a scalar from the host: no nonzero, no read-back)
+    assert sum(n == "aten.nonzero.default" for n in names) == 4
     assert sum(n.startswith("aten.index.") for n in names) == 3
-    assert sum(n.startswith("aten.index_put") for n in names) == 2
+    assert sum(n.startswith("aten.index_put") for n in names) == 1
+    assert sum(n.startswith("aten.masked_fill_") for n in names) == 3

@@ -511,6 +511,9 @@ class Interceptor(TorchDispatchMode):
         indices = args[1] if len(args) > 1 else kwargs.get("indices")
         if not any(isinstance(i, torch.Tensor) and i.dtype in (torch.bool, torch.uint8) for i in indices or ()):
             return self._kernel(func, args, kwargs)
+        fill = self._masked_fill(func, args, kwargs, indices)
+        if fill is not None:
+            return fill
         expanded = []
         for i in indices:
             if isinstance(i, torch.Tensor) and i.dtype in (torch.bool, torch.uint8):
@@ -523,6 +526,34 @@ class Interceptor(TorchDispatchMode):
         else:
             kwargs = {**kwargs, "indices": expanded}
         return self._kernel(func, args, kwargs)
+
+    def _masked_fill(self, func, args, kwargs, indices):
+        """`x[mask] = scalar` as ATen's index_put runs it (`canDispatchToMaskedFill`): one mask on `x`'s device, the
+        other indices absent, a one-element value on the host, no accumulation: a `masked_fill_`, no `nonzero`
+        and no read-back (the DTensor loss-parallel cross-entropy does it five times a step). None otherwise."""
+        if _packet_name(func) == "index":
+            return None
+        names = ("self", "indices", "values", "accumulate")
+        bound = dict(zip(names, args))
+        bound.update({k: v for k, v in kwargs.items() if k in names})
+        x, value = bound.get("self"), bound.get("values")
+        if bound.get("accumulate", False) or not isinstance(value, torch.Tensor) or value.numel() != 1 \
+                or value.device.type != "cpu":
+            return None
+        given = [(n, i) for n, i in enumerate(indices) if i is not None]
+        if len(given) != 1:
+            return None
+        lead, mask = given[0]
+        if mask.dtype not in (torch.bool, torch.uint8) or mask.device != x.device:
+            return None
+        trailing = x.dim() - lead - mask.dim()
+        if trailing > 0:                                       # the mask covers leading dimensions: broadcast it
+            mask = self._dispatch(torch.ops.aten.view.default, (mask, [*mask.shape, *([1] * trailing)]), {})
+        if mask.dtype != torch.bool:
+            mask = self._dispatch(torch.ops.aten._to_copy.default, (mask,), {"dtype": torch.bool})
+        if _packet_name(func) == "index_put":                 # the functional form: a copy, then the fill
+            x = self._dispatch(torch.ops.aten.clone.default, (x,), {})
+        return self._dispatch(torch.ops.aten.masked_fill_.Tensor, (x, mask, value), {})
 
     def _upper_bound_shapes(self, func, args, kwargs, x) -> list[tuple[tuple[int, ...], torch.dtype]]:
         name = _packet_name(func)

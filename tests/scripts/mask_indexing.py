@@ -1,5 +1,6 @@
 """Boolean-mask indexing, the loss-masking idiom: x[mask] and x[mask] = v with a mask whose value the rank knows
-(labels drawn from host data) and one it does not (a comparison of large activations). Prints the shapes as JSON."""
+(labels drawn from host data) and one it does not (a comparison of large activations); x[mask] = a host scalar.
+Prints the shapes as JSON."""
 import json
 
 import torch
@@ -14,5 +15,9 @@ unknown = activations[activations[:, 0] > 0]
 grid = torch.randn(4, 100, 16, device="cuda")
 middle = grid[:, torch.arange(100, device="cuda") % 2 == 0]
 activations[activations > 0] = 0.0
+small = torch.tensor([1.0, 2.0, 3.0], device="cuda")
+small[small > 1.5] = 0.0
+grid[:, torch.arange(100, device="cuda") % 2 == 0] = 1.0
 print(json.dumps({"known": list(known.shape), "grad": list(x.grad.shape), "unknown": list(unknown.shape),
-                  "middle": list(middle.shape), "put": list(activations.shape)}), flush=True)
+                  "middle": list(middle.shape), "put": list(activations.shape), "small": small.tolist(),
+                  "grid": list(grid.shape)}), flush=True)
