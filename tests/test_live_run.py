@@ -297,3 +297,18 @@ def test_torch_profiler_with_its_cuda_activity_runs_on_the_cpu_activity(tmp_path
     aten_events, legacy_events = (int(x) for x in line.split("profiled", 1)[1].split())
     assert aten_events > 10 and legacy_events > 0
     assert (proc.stdout + proc.stderr).count("torch.profiler runs without its CUDA activity") == 1
+
+
+def test_setting_data_moves_a_fake_tensor_and_its_value():
+    """`t.data = new` swapped a fake tensor's storage but kept its device and known value: a CPU model under FSDP2
+    (fully_shard moves its parameters so) stopped with "Expects the parameter to already be moved to device"."""
+    proc = phantora_run("--gpus-per-node", "2", "--no-trace", "--", "python",
+                        str(ROOT / "tests" / "scripts" / "set_data.py"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (line,) = [ln for ln in proc.stdout.splitlines() if '"param"' in ln]
+    out = json.loads(line.split("]: ", 1)[-1])
+    assert out["param"] == ["cuda:0", "torch.bfloat16", True]
+    assert out["value"] == [[5.0, 6.0, 7.0], "cuda:0"]
+    assert out["forgotten"] == [0.0, 0.0]
+    assert out["sharded"] == ["cuda:0"]
+

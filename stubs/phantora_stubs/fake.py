@@ -5,6 +5,7 @@ so `torch.tensor(x, device='cuda')` never attempts a real copy) and the intercep
 for the rest of the program. Then it applies:
 - `torch.utils.swap_tensors` that tolerates fake tensors (their fake mode holds weak references to them), used by
   `nn.Module.to()` / `to_empty()`;
+- `Tensor.data = new` carrying the device and the known value of `new` over to a fake tensor;
 - DeviceMesh bookkeeping (a small CPU tensor of ranks, `nonzero`, `tolist`) with the fake mode unset;
 - no-op Meta and CUDA kernels for `aten::record_stream`;
 - `torch.compile` (and `nn.Module.compile`) compiled by Dynamo and Inductor, whose generated kernels are simulated
@@ -217,6 +218,35 @@ def _install_data_pointers() -> None:
 
     torch.UntypedStorage.data_ptr = storage_data_ptr
     FakeTensor.data_ptr = tensor_data_ptr
+
+
+def _install_data_setter() -> None:
+    """`t.data = new` (`nn.Module` code, FSDP2's `_move_states_to_device`, accelerate, DeepSpeed) gives `t` the storage,
+    shape and dtype of `new` in C++, but a fake tensor's device is a Python attribute (`fake_device`) and its known
+    value a side table (values.py): a CPU parameter given a CUDA tensor's data still said `cpu` (FSDP2 then refused
+    it), and kept the value it had before. Both now follow `new`, as on a GPU."""
+    if "data" in _PATCHED:
+        return
+    base = _PATCHED["data"] = torch._C.TensorBase.data
+
+    def get_data(self):
+        return base.__get__(self, type(self))
+
+    def set_data(self, new) -> None:
+        METER.enter()                  # a C call in a real run
+        try:
+            base.__set__(self, new)
+            if isinstance(new, FakeTensor):
+                self.fake_device = new.fake_device
+            value = VALUES.get(new) if isinstance(new, FakeTensor) else None
+            if value is not None:
+                VALUES.set(self, value)
+            else:
+                VALUES.drop(self)
+        finally:
+            METER.exit()
+
+    FakeTensor.data = property(get_data, set_data)
 
 
 # ---- torch.compile ---------------------------------------------------------------------------------------------------
@@ -529,6 +559,7 @@ def install(ctx) -> None:
         return
     _install_swap()
     _install_data_pointers()
+    _install_data_setter()
     saving.install()
     torch_profiler.install()
     _install_record_stream()
