@@ -546,6 +546,21 @@ def _import_inductor_without_triton() -> None:
         sys.modules.update(saved)
 
 
+# The stand-ins for what is C++ in torch (ProcessGroupNCCL and its work objects, DDP's C++ helpers): Dynamo never
+# traces C++, but it would take these Python frames for code to compile (a frame reached from torch's own skipped
+# code, such as DistributedDataParallel's forward calling `dist._broadcast_coalesced`) or to inline.
+_CPP_STAND_INS = ("comm", "dist_collectives", "dist_ddp", "dist_emit", "dist_groups", "dist_p2p", "exchange")
+
+
+def _skip_stand_ins() -> None:
+    """Dynamo skips the stand-ins' files as it skips a C function: run as they are, a graph break where compiled
+    code calls one."""
+    from torch._dynamo import trace_rules
+
+    for name in _CPP_STAND_INS:
+        trace_rules.add(f"{__package__}.{name}")
+
+
 def install(original_compile: Any) -> None:
     """Let torch.compile run Dynamo, AOTAutograd and Inductor's lowering and scheduling; simulate the kernels.
     `original_compile`: torch's own torch.compile, which the wrapper installed here calls."""
@@ -582,6 +597,7 @@ def install(original_compile: Any) -> None:
     for cls in (convert_frame.CatchErrorsWrapper, convert_frame.ConvertFrame, convert_frame.ConvertFrameAssert):
         if not hasattr(cls.__call__, "__wrapped__"):
             cls.__call__ = _unmetered_call(cls.__call__)
+    _skip_stand_ins()
     torch.compile = _wrap_torch_compile(original_compile)
     # Inductor checks its inputs' alignment through data_ptr(), which a fake tensor answers with a warning
     warnings.filterwarnings("ignore", message="Accessing the data pointer of FakeTensor")
