@@ -1,6 +1,6 @@
 """torch's DistributedDataParallel under `phantora run`: gradients reduced in buckets while the backward pass runs
 (PyTorch's DDP design: "overlapping computation with communication", bucket_cap_mb), and find_unused_parameters
-accepted (docs/stubs.md)."""
+and static_graph accepted (docs/stubs.md)."""
 
 from __future__ import annotations
 
@@ -49,6 +49,19 @@ def test_find_unused_parameters_runs_and_says_how_it_is_simulated(tmp_path):
     proc, _, summary = run(tmp_path, "--find-unused", "--steps", "3")
     assert "DistributedDataParallel(find_unused_parameters=True) is simulated as False" in proc.stderr
     assert summary["iteration_s"] > 0
+
+
+def test_static_graph_runs_and_reduces_as_the_default_after_its_first_step(tmp_path):
+    """static_graph=True stopped in the Reducer's first backward pass (a C++ check of two host tensors' data
+    pointers). It runs, and from the second step it reduces in the same buckets, overlapped the same way, as
+    without it (a GPU run's first static-graph step reduces after the backward pass instead: said once)."""
+    (tmp_path / "static").mkdir()
+    (tmp_path / "default").mkdir()
+    proc, static, _ = run(tmp_path / "static", "--static-graph", "--steps", "3")
+    assert "static_graph=True" in proc.stderr
+    _, default, _ = run(tmp_path / "default", "--steps", "3")
+    with TraceReader(static) as a, TraceReader(default) as b:
+        assert np.array_equal(np.diff(a.iterations(0))[1:], np.diff(b.iterations(0))[1:])
 
 
 def test_asking_for_a_collective_s_future_does_not_hold_up_the_stream(tmp_path):

@@ -1,5 +1,5 @@
 """DistributedDataParallel's start-up helpers, which are C++ that reads tensor data: the parameter-shape check,
-`dist._broadcast_coalesced`, DDP's logger and bucket rebuilding."""
+`dist._broadcast_coalesced`, DDP's logger, bucket rebuilding and the static graph's first step."""
 
 from __future__ import annotations
 
@@ -37,6 +37,15 @@ def patch_ddp_module(module) -> None:
     # iteration, where today's torch puts every parameter in one bucket until the rebuild).
     try:
         dist.Reducer._rebuild_buckets = lambda self: False
+    except (AttributeError, TypeError):
+        pass
+    # static_graph=True: the Reducer's first backward pass delays every all-reduce to its end and all-reduces its map
+    # of used parameters, copied through pinned host memory and compared by data pointer in C++ (tensors that hold
+    # no data here). The Reducer is left as without it: from the first step it reduces in buckets while the backward
+    # pass runs, as a static-graph run does from its second.
+    try:
+        dist.Reducer._set_static_graph = lambda self: _note_static_graph()
+        dist.Reducer._delay_all_reduce = lambda self: None
     except (AttributeError, TypeError):
         pass
     config = getattr(module, "_BucketCapacityConfig", None) or getattr(module, "BucketCapacityConfig", None)
@@ -79,6 +88,11 @@ class _DistProxy:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._real, name)
+
+
+def _note_static_graph() -> None:
+    note_once("static_graph", "DistributedDataParallel(static_graph=True): its first step reduces gradients while the "
+              "backward pass runs, as its later steps do, instead of after it (docs/stubs.md)")
 
 
 def _note_find_unused() -> None:

@@ -16,6 +16,7 @@ p.add_argument("--batch", type=int, default=4096)
 p.add_argument("--steps", type=int, default=4)
 p.add_argument("--ddp", action="store_true", help="wrap the model in DistributedDataParallel")
 p.add_argument("--find-unused", action="store_true", help="with --ddp: find_unused_parameters=True")
+p.add_argument("--static-graph", action="store_true", help="with --ddp: static_graph=True")
 args = p.parse_args()
 
 dist.init_process_group("nccl")
@@ -25,7 +26,7 @@ model = torch.nn.Sequential(*[torch.nn.Linear(args.dim, args.dim, bias=False) fo
 model = model.to(device="cuda", dtype=torch.bfloat16)
 if args.ddp:
     from torch.nn.parallel import DistributedDataParallel
-    model = DistributedDataParallel(model, find_unused_parameters=args.find_unused)
+    model = DistributedDataParallel(model, find_unused_parameters=args.find_unused, static_graph=args.static_graph)
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 x = torch.randn(args.batch, args.dim, device="cuda", dtype=torch.bfloat16)
 times = []
