@@ -229,9 +229,6 @@ def _install_data_setter() -> None:
         return
     base = _PATCHED["data"] = torch._C.TensorBase.data
 
-    def get_data(self):
-        return base.__get__(self, type(self))
-
     def set_data(self, new) -> None:
         METER.enter()                  # a C call in a real run
         try:
@@ -246,7 +243,8 @@ def _install_data_setter() -> None:
         finally:
             METER.exit()
 
-    FakeTensor.data = property(get_data, set_data)
+    # the getter stays the C one: reading `t.data` runs no Python, as in a real run
+    FakeTensor.data = property(base.__get__, set_data)
 
 
 # ---- torch.compile ---------------------------------------------------------------------------------------------------
