@@ -324,3 +324,16 @@ def test_a_compiled_ddp_model_breaks_its_graph_where_torch_calls_cpp():
     (report,) = [ln for ln in (proc.stdout + proc.stderr).splitlines() if "[rank0]: phantora: torch.compile:" in ln]
     breaks = int(report.split(" graph break(s)")[0].rsplit(" ", 1)[-1])
     assert breaks >= 1, report
+
+
+def test_reading_data_runs_no_counted_python(tmp_path):
+    """`t.data` is torch's C getter on a fake tensor too: 1,000 reads in a loop count the loop's 2,000 lines and no
+    Python call each (a Python getter counted a call and a line per read)."""
+    trace = tmp_path / "t.h5"
+    proc = phantora_run("--gpus-per-node", "1", "--trace", str(trace), "--", "python",
+                        str(ROOT / "tests" / "scripts" / "data_reads.py"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with TraceReader(trace) as r:
+        ops = r.ops(0)
+    (loop,) = ops[ops["host_line"] >= 2000]
+    assert int(loop["host_py"]) < 100 and int(loop["host_line"]) < 2100
