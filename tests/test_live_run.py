@@ -337,3 +337,33 @@ def test_reading_data_runs_no_counted_python(tmp_path):
         ops = r.ops(0)
     (loop,) = ops[ops["host_line"] >= 2000]
     assert int(loop["host_py"]) < 100 and int(loop["host_line"]) < 2100
+
+
+def test_known_values_follow_views_and_collectives_as_on_a_gpu():
+    """A collective into a view writes its base; an in-place gather keeps every member's row; a view overwritten
+    with data of unknown value leaves its base unknown, not stale; f"{loss:.2f}" formats a 0-d tensor; isfinite of an
+    unknown value agrees with isnan (no inf or NaN assumed); a tensor prints as torch prints one on a GPU; bf16 values travel through an all-reduce; reduce gives
+    the root the sum and leaves the others' tensors; reduce-scatter gives each member its chunk of the sum; a known
+    all-True operand decides a boolean or (Hugging Face's generate() stops at its max length)."""
+    proc = phantora_run("--gpus-per-node", "2", "--no-trace", "--", "python", str(SCRIPTS / "value_views.py"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = sorted(results(proc.stdout), key=lambda r: r["rank"])
+    assert len(res) == 2
+    gathered = [[0.5, 7.0], [1.5, 7.0]]
+    for r in res:
+        assert r["into_view"] == gathered and r["in_place"] == gathered
+        assert r["list_views"] == [0.5, 7.0, 1.5, 7.0]
+        assert r["overwritten"][:2] != [3.0, 3.0]                # not the value the elements had before the copy
+        assert r["fmt_known"] == "1.500" and float(r["fmt_unknown"]) >= 0.0
+        assert r["isfinite"] is True and r["isfinite_method"] is True and r["isnan"] is False
+        assert r["bf16_all_reduce"] == [2.0] * 4                    # numpy has no bf16: carried as float32
+        assert r["reduce_scattered"] == [2.0 * x for x in range(4 * r["rank"], 4 * r["rank"] + 4)]
+        assert r["stop"] is True                                  # generate() stops at its max length
+        assert r["unknown_or"] == [False, False]                  # False | unknown stays unknown: placeholders
+        dev = f"device='cuda:{r['rank']}'"                       # as torch prints a tensor on a GPU
+        assert r["repr_known"] == f"tensor([1.5000, 2.5000], {dev})"
+        assert r["repr_grad"] == f"tensor([2., 2.], {dev}, grad_fn=<MulBackward0>)"
+        assert r["repr_leaf"] == f"tensor([1., 1.], {dev}, requires_grad=True)"
+        assert r["repr_bf16"] == f"tensor(1., {dev}, dtype=torch.bfloat16)"
+        assert float(r["print_loss"]) == float(r["fmt_unknown"])
+    assert res[0]["reduced"] == [3.0] * 4 and res[1]["reduced"] == [2.0] * 4    # the root's sum; the other's own

@@ -223,25 +223,31 @@ moe_ffn_dim = 512
 """
 
 
-def test_mixture_of_experts_with_expert_parallelism_and_grouped_gemm(tmp_path, stub_cache):
-    """A Mixtral-shaped MoE (8 experts, top-2) with EP 2 on Transformer Engine's grouped GEMM, balanced routing:
-    per layer and micro-batch, the token dispatcher's all-to-alls of tokens (forward: dispatch and combine;
-    backward: both again) each move every routed token row once (tokens x top-k x hidden, bf16), each local
-    expert's GEMMs get ep x tokens x top-k / experts rows (the balanced split of what both EP ranks route), and the
-    chained optimizer (dense and expert parameters) marks one iteration per step."""
+def run_moe(tmp_path: Path, stub_cache: Path, *args: str) -> Path:
+    """The Mixtral-shaped model of MOE_TOML with EP 2 on Transformer Engine's grouped GEMM, 2 GPUs: its trace."""
     model = tmp_path / "moe-tiny.toml"
     model.write_text(MOE_TOML)
-    seq, dim, layers, experts, top_k, ffn = 256, 256, 2, 8, 2, 512
-    steps = 3
     env = dict(os.environ)
     env.pop("PYTHONPATH", None)
     env["XDG_CACHE_HOME"] = str(stub_cache)
     trace = tmp_path / "moe.h5"
     proc = subprocess.run([sys.executable, "-m", "phantora.cli", "run", "--gpus-per-node", "2", "--trace", str(trace),
                            "--transformer-engine", "2.9", "--", "python", str(SCRIPT), "--model", str(model),
-                           "--ep", "2", "--spec", "te", "--moe-grouped-gemm", "--steps", str(steps), "--seq",
-                           str(seq)], capture_output=True, text=True, timeout=600, cwd=str(tmp_path), env=env)
+                           "--ep", "2", "--spec", "te", "--moe-grouped-gemm", *args], capture_output=True, text=True,
+                          timeout=600, cwd=str(tmp_path), env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    return trace
+
+
+def test_mixture_of_experts_with_expert_parallelism_and_grouped_gemm(tmp_path, stub_cache):
+    """A Mixtral-shaped MoE (8 experts, top-2) with EP 2 on Transformer Engine's grouped GEMM, balanced routing:
+    per layer and micro-batch, the token dispatcher's all-to-alls of tokens (forward: dispatch and combine;
+    backward: both again) each move every routed token row once (tokens x top-k x hidden, bf16), each local
+    expert's GEMMs get ep x tokens x top-k / experts rows (the balanced split of what both EP ranks route), and the
+    chained optimizer (dense and expert parameters) marks one iteration per step."""
+    seq, dim, layers, experts, top_k, ffn = 256, 256, 2, 8, 2, 512
+    steps = 3
+    trace = run_moe(tmp_path, stub_cache, "--steps", str(steps), "--seq", str(seq))
     routed = seq * top_k * dim * 2
     rows_per_expert = 2 * seq * top_k // experts      # every EP rank's routed rows, spread over all the experts
     with TraceReader(trace) as t:
@@ -270,3 +276,23 @@ def test_mixture_of_experts_with_expert_parallelism_and_grouped_gemm(tmp_path, s
             fc1 = ((rows_per_expert, dim), (dim, 2 * ffn))       # the expert's rows through gate and up
             fc2 = ((rows_per_expert, ffn), (ffn, dim))
             assert fc1 in shapes and fc2 in shapes, (r, sorted(shapes))
+
+
+def test_mixture_of_experts_all_gather_dispatcher_routes_the_gathered_tokens(tmp_path, stub_cache):
+    """The all-gather token dispatcher with EP 2 (Transformer Engine's grouped GEMM, balanced routing) gathers the
+    routing map and the tokens of both EP ranks and keeps its local experts' columns of the map: each local expert's
+    GEMMs get ep x tokens x top-k / experts rows, as with the all-to-all dispatcher."""
+    seq, dim, layers, experts, top_k = 256, 256, 2, 8, 2
+    trace = run_moe(tmp_path, stub_cache, "--moe-dispatcher", "allgather", "--steps", "2", "--seq", str(seq))
+    rows_per_expert = 2 * seq * top_k // experts
+    with TraceReader(trace) as t:
+        names, sigs = t.names, t.signatures
+        for r in t.ranks:
+            lo, hi = t.iterations(r)[:2]
+            gathered = collectives_of(t, r, "all_gather", lo, hi)
+            assert gathered.count(seq * dim * 2) >= layers, (r, gathered)      # each layer's tokens, bf16
+            ops = t.ops(r)
+            sel = ops[(ops["issue"] >= lo) & (ops["issue"] < hi)]
+            expert_gemms = [o for o in sel if names[o["name"]] in ("aten.mm.default", "aten.mm.out")
+                            and rows_per_expert in json.loads(sigs[o["sig"]])[1][0][:2]]
+            assert len(expert_gemms) == layers * 2 * (experts // 2) * 3, (r, len(expert_gemms))

@@ -8,6 +8,7 @@ numbers.
 - `te.pytorch.DotProductAttention` on sbhd inputs with grouped-query heads: one fused attention kernel (cuDNN, TE's
   default backend on Hopper) forward and one backward, no repeat of the key/value heads;
 - every weight carries TE's tensor-parallel tags, split or not (Megatron's norm and zero counts read them);
+- `GroupedLinear` refuses split sizes that do not add up to its input's rows, as TE's `torch.split` does;
 - FP8 (`fp8_autocast(enabled=True)`) is refused with an error naming it, not simulated as bf16;
 - without the option, `import transformer_engine` fails as on a machine without TE.
 """
@@ -47,6 +48,12 @@ print("FUSED", fused.weight.grad_added_to_main_grad, flush=True)
 grouped = tep.GroupedLinear(2, IN, OUT, bias=False, params_dtype=torch.bfloat16)
 print("TAGS", lin.weight.tensor_model_parallel, lin.weight.partition_dim, grouped.weight0.tensor_model_parallel,
       flush=True)
+rows = torch.randn(96, IN, device="cuda", dtype=torch.bfloat16)
+print("GROUPED", tuple(grouped(rows, [64, 32]).shape), flush=True)
+try:
+    grouped(rows, [0, 0])            # split sizes that do not cover the input: TE's torch.split refuses them
+except RuntimeError as exc:
+    print("SPLITS REFUSED", exc, flush=True)
 
 attn = tep.DotProductAttention(num_attention_heads=16, kv_channels=128, num_gqa_groups=4, attn_mask_type="causal")
 q = torch.randn(1024, 2, 16, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
@@ -81,6 +88,7 @@ def test_layers_cost_the_work_of_te_kernels(tmp_path, stub_cache):
     assert "VERSION 2.9" in out
     assert "FUSED True" in out
     assert "TAGS True 0 True" in out
+    assert f"GROUPED (96, {4096})" in out and "SPLITS REFUSED" in out and "split_sizes=[0, 0]" in out
     assert "ATTN (1024, 2, 2048)" in out
     assert "REFUSED" in out and "fp8_autocast" in out
     n, k, m = 2048, 1024, 4096

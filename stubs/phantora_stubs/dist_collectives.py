@@ -13,6 +13,7 @@ from phantora.engine.ops import OpKind
 from . import alltoall, context, exchange
 from .clock import METER
 from .dist_emit import EmissionMixin, PhantoraWork, _flat, _forget, _nbytes
+from .routes import ROUTES
 
 
 class CollectivesMixin(EmissionMixin):
@@ -27,20 +28,26 @@ class CollectivesMixin(EmissionMixin):
     def allreduce_coalesced(self, tensors, opts=None):
         return self.allreduce(tensors, opts)
 
+    # An output's known value is forgotten when no value arrives, after the exchange: forgotten first, a base or
+    # input that shares its elements (an in-place gather) would be forgotten with it (values.py).
     def allgather(self, output_tensors, input_tensors, opts=None):
-        _forget(output_tensors)
-        work = self._collective("all_gather", _nbytes(input_tensors), result=output_tensors)
         if len(input_tensors) == 1 and len(output_tensors) == 1:
-            exchange.all_gather(self._info.gid, list(output_tensors[0]), list(input_tensors), work._event)
+            for out in output_tensors[0]:
+                ROUTES.gathered(out, list(input_tensors))
+        work = self._collective("all_gather", _nbytes(input_tensors), result=output_tensors)
+        if not (len(input_tensors) == 1 and len(output_tensors) == 1
+                and exchange.all_gather(self._info.gid, list(output_tensors[0]), list(input_tensors), work._event)):
+            _forget(output_tensors)
         return work
 
     def allgather_coalesced(self, output_lists, input_list, opts=None):
         return self.allgather(output_lists, input_list, opts)
 
     def all_gather_single(self, output, input, opts=None):
-        _forget(output)
+        ROUTES.gathered(output, [input])       # a routing map gathered over the members is one (routes.py)
         work = self._collective("all_gather", _nbytes(input), result=[output])
-        exchange.all_gather_into(self._info.gid, output, input, work._event)
+        if not exchange.all_gather_into(self._info.gid, output, input, work._event):
+            _forget(output)
         return work
 
     _allgather_base = all_gather_single
@@ -58,8 +65,11 @@ class CollectivesMixin(EmissionMixin):
         return self._collective("reduce_scatter", _nbytes(input_lists), result=list(_flat(output_tensors)))
 
     def reduce_scatter_single(self, output, input, opts=None):
-        _forget(output)
-        return self._collective("reduce_scatter", _nbytes(input), result=[output])
+        work = self._collective("reduce_scatter", _nbytes(input), result=[output])
+        if not exchange.reduce_scatter_into(self._info.gid, output, input, opts, self._rank, self._size,
+                                              work._event):
+            _forget(output)
+        return work
 
     _reduce_scatter_base = reduce_scatter_single
 
@@ -79,7 +89,9 @@ class CollectivesMixin(EmissionMixin):
 
     def reduce(self, tensors, opts=None):
         root = int(getattr(opts, "rootRank", 0)) if opts is not None else 0
-        return self._collective("reduce", _nbytes(tensors), root=root, result=list(_flat(tensors)))
+        work = self._collective("reduce", _nbytes(tensors), root=root, result=list(_flat(tensors)))
+        exchange.reduce(self._info.gid, list(_flat(tensors)), opts, root, self._rank, work._event)
+        return work
 
     def alltoall(self, output_tensors, input_tensors, opts=None):
         _forget(output_tensors)
@@ -88,15 +100,15 @@ class CollectivesMixin(EmissionMixin):
         return self._all_to_all(_nbytes(input_tensors), send, recv, output_tensors)[0]
 
     def all_to_all_single(self, output, input, output_split_sizes=None, input_split_sizes=None, opts=None):
-        _forget(output)
         n = self._size
         input_split_sizes, output_split_sizes = alltoall.split_sizes(input_split_sizes), alltoall.split_sizes(
             output_split_sizes)
         send = alltoall.split_bytes(_nbytes(input), input.shape[0] if input.dim() else 0, input_split_sizes, n)
         recv = alltoall.split_bytes(_nbytes(output), output.shape[0] if output.dim() else 0, output_split_sizes, n)
         work, collective = self._all_to_all(_nbytes(input), send, recv, [output])
-        if collective:
-            exchange.all_to_all_into(self._info.gid, output, input, input_split_sizes, self._rank, work._event)
+        if not (collective and exchange.all_to_all_into(self._info.gid, output, input, input_split_sizes, self._rank,
+                                                        work._event)):
+            _forget(output)
         return work
 
     def _all_to_all(self, nbytes: int, send, recv, result) -> tuple[PhantoraWork, bool]:

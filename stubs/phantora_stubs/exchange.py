@@ -37,8 +37,15 @@ def _payload(tensors: list[torch.Tensor]) -> list | None:
             v = VALUES.get(t)
             if v is None:
                 return None
-            out.append(v.detach().cpu().numpy().copy())
+            v = v.detach().cpu()
+            if v.dtype in _NO_NUMPY:           # numpy has no bfloat16 or float8: carried as float32, stored back
+                v = v.float()                  # in the tensor's dtype (_store)
+            out.append(v.numpy().copy())
     return out
+
+
+_NO_NUMPY = {torch.bfloat16, *(getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz",
+                                                           "float8_e5m2fnuz", "float8_e8m0fnu") if hasattr(torch, n))}
 
 
 def _exchange(gid: int, kind: str, payload: Any, event: int | None) -> Any:
@@ -59,7 +66,7 @@ def _store(tensors: list[torch.Tensor], arrays: list | None) -> None:
         return
     with unset_fake_temporarily():
         for t, a in zip(tensors, arrays):
-            VALUES.set(t, torch.as_tensor(a, device="cpu").to(t.dtype).reshape(t.shape).clone())
+            VALUES.write(t, torch.as_tensor(a, device="cpu").to(t.dtype).reshape(t.shape))
 
 
 _REDUCE = {"SUM": "sum", "AVG": "avg", "MAX": "max", "MIN": "min", "PRODUCT": "product"}
@@ -84,6 +91,35 @@ def all_reduce(gid: int, tensors: list[torch.Tensor], opts: Any, event: int | No
     _store(tensors, _exchange(gid, kind, payload, event))
 
 
+def reduce(gid: int, tensors: list[torch.Tensor], opts: Any, root: int, me: int, event: int | None) -> None:
+    """The root's tensors receive the members' reduction, as all_reduce computes it; the others keep theirs (NCCL's
+    reduce writes only the root's buffer)."""
+    if not _small(tensors):
+        return
+    kind = reduce_kind(opts)
+    payload = _payload(tensors) if kind else None
+    result = _exchange(gid, kind, payload, event) if payload is not None else None
+    if me == root:
+        _store(tensors, result)
+
+
+def reduce_scatter_into(gid: int, output: torch.Tensor, input: torch.Tensor, opts: Any, me: int, size: int,
+                        event: int | None) -> bool:
+    """output = chunk `me` (along dim 0) of the `size` members' reduced inputs. Whether the output's value was
+    settled."""
+    if not _small([input]) or not _small([output]) or input.numel() != output.numel() * size:
+        return False
+    kind = reduce_kind(opts)
+    payload = _payload([input]) if kind else None
+    result = _exchange(gid, kind, payload, event) if payload is not None else None
+    if result is None:
+        _store([output], None)
+        return True
+    n = output.numel()
+    _store([output], [result[0].reshape(-1)[me * n:(me + 1) * n]])
+    return True
+
+
 def broadcast(gid: int, tensors: list[torch.Tensor], root: int, me: int, event: int | None) -> None:
     if not _small(tensors):
         return
@@ -93,19 +129,21 @@ def broadcast(gid: int, tensors: list[torch.Tensor], root: int, me: int, event: 
     _store(tensors, _exchange(gid, f"broadcast:{root}", payload, event))
 
 
-def all_gather(gid: int, outputs: list[torch.Tensor], inputs: list[torch.Tensor], event: int | None) -> None:
-    """outputs[i] receives member i's input (list form) — one input tensor."""
+def all_gather(gid: int, outputs: list[torch.Tensor], inputs: list[torch.Tensor], event: int | None) -> bool:
+    """outputs[i] receives member i's input (list form) — one input tensor. Whether the outputs' values were
+    settled (known, or forgotten as unknown); False, leaving them, for tensors too big to carry."""
     if not _small(inputs) or not _small(outputs):
-        return
+        return False
     payload = _payload(inputs)
     if payload is None:
         _store(outputs, None)
-        return
+        return True
     members = _exchange(gid, "gather", payload, event)
     if any(m is None for m in members):
         _store(outputs, None)
-        return
+        return True
     _store(outputs, [m[0] for m in members])
+    return True
 
 
 def _gather_into(gid: int, output: torch.Tensor, input: torch.Tensor, event: int | None, extra: list = ()):
@@ -124,24 +162,25 @@ def _gather_into(gid: int, output: torch.Tensor, input: torch.Tensor, event: int
     return members
 
 
-def all_gather_into(gid: int, output: torch.Tensor, input: torch.Tensor, event: int | None) -> None:
-    """output = the members' inputs concatenated along dim 0."""
+def all_gather_into(gid: int, output: torch.Tensor, input: torch.Tensor, event: int | None) -> bool:
+    """output = the members' inputs concatenated along dim 0. Whether the output's value was settled."""
     members = _gather_into(gid, output, input, event)
     if members is None:
-        return
+        return _small([input]) and _small([output])
     import numpy as np
     _store([output], [np.concatenate([np.reshape(m[0], (-1,) + tuple(input.shape[1:])) for m in members])])
+    return True
 
 
 def all_to_all_into(gid: int, output: torch.Tensor, input: torch.Tensor, in_splits, me: int,
-                    event: int | None) -> None:
+                    event: int | None) -> bool:
     """output = chunk `me` of every member's input (split along dim 0 by that member's split sizes, equal chunks
     without), concatenated in member order: the per-expert token counts frameworks exchange before dispatching
     tokens. Each member's payload carries its split sizes."""
     import numpy as np
     members = _gather_into(gid, output, input, event, [np.asarray(list(in_splits or ()), dtype=np.int64)])
     if members is None:
-        return
+        return _small([input]) and _small([output])
     n = len(members)
     chunks = []
     for m in members:
@@ -150,6 +189,7 @@ def all_to_all_into(gid: int, output: torch.Tensor, input: torch.Tensor, in_spli
         start = sum(splits[:me])
         chunks.append(rows[start:start + splits[me]])
     _store([output], [np.concatenate(chunks)])
+    return True
 
 
 _P2P_COUNT: dict[tuple[int, int, int], int] = {}

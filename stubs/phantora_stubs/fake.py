@@ -42,7 +42,7 @@ from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode, unset_fake
 
 from . import conversions, saving, thread_waits, torch_profiler
 from .clock import METER
-from .values import VALUES
+from .values import VALUES, small_enough
 
 _PATCHED: dict[str, Any] = {}
 
@@ -237,7 +237,7 @@ def _install_data_setter() -> None:
                 self.fake_device = new.fake_device
             value = VALUES.get(new) if isinstance(new, FakeTensor) else None
             if value is not None:
-                VALUES.set(self, value)
+                VALUES.set(self, value, shared=True)
             else:
                 VALUES.drop(self)
         finally:
@@ -245,6 +245,56 @@ def _install_data_setter() -> None:
 
     # the getter stays the C one: reading `t.data` runs no Python, as in a real run
     FakeTensor.data = property(base.__get__, set_data)
+
+
+def _install_format() -> None:
+    """`f"{loss:.4f}"` formats a 0-d tensor's value on a GPU (`Tensor.__format__` calls `item()` for an exact `Tensor`,
+    which a fake tensor is not, and then `object.__format__` refuses the spec): a 0-d fake tensor formats what
+    `item()` answers (its known value or the placeholder), with the host's read-back of a real run."""
+    if "format" in _PATCHED:
+        return
+    base = _PATCHED["format"] = torch.Tensor.__format__
+
+    def fake_format(self, format_spec):
+        if type(self) is FakeTensor and self.dim() == 0 and not self.is_meta:
+            return self.item().__format__(format_spec)
+        return base(self, format_spec)
+
+    FakeTensor.__format__ = fake_format
+
+
+def _install_isfinite() -> None:
+    """`torch.isfinite(x)` of a tensor whose value is unknown answers True, as `isnan` and `isinf` answer False: the
+    placeholders assume no inf or NaN (values.py). It is a composite op (`x == x` and `abs(x) != inf`), whose parts'
+    unknown bool results would read False: `if not torch.isfinite(loss)` would skip every step."""
+    if "isfinite" in _PATCHED:
+        return
+    function = _PATCHED["isfinite"] = torch.isfinite
+    method = torch.Tensor.isfinite
+
+    def assume_finite(x, out):
+        if isinstance(out, FakeTensor) and isinstance(x, FakeTensor) and not VALUES.has_value(x) \
+                and small_enough(out) and out.device.type != "meta":
+            with unset_fake_temporarily():
+                VALUES.set(out, torch.ones(tuple(out.shape), dtype=torch.bool))
+        return out
+
+    def isfinite(input):
+        METER.enter()                  # a C function in a real run: its ops' dispatches are counted
+        try:
+            return assume_finite(input, function(input))
+        finally:
+            METER.exit()
+
+    def tensor_isfinite(self):
+        METER.enter()
+        try:
+            return assume_finite(self, method(self))
+        finally:
+            METER.exit()
+
+    torch.isfinite = isfinite
+    torch.Tensor.isfinite = tensor_isfinite
 
 
 # ---- torch.compile ---------------------------------------------------------------------------------------------------
@@ -397,8 +447,48 @@ def _install_tensor_readers(ctx) -> None:
         finally:
             METER.exit()
 
+    def fake_repr(self, *, tensor_contents=None):
+        """`repr(t)` / `print(t)` as for a tensor on a GPU, `tensor([...], device='cuda:0', grad_fn=<...>)`: its
+        known value or the placeholders (zeros), read back to the host as printing does."""
+        if type(self) is not FakeTensor or tensor_contents is not None or self.device.type == "meta":
+            return _PATCHED["repr"](self, tensor_contents=tensor_contents)
+        METER.enter()
+        try:
+            from torch._tensor_str import _add_suffixes, _tensor_str
+            summarize = self.numel() > torch._tensor_str.PRINT_OPTS.threshold
+            _host_read(self if not summarize else self.reshape(-1)[:1])
+            value = VALUES.get(self)
+            with unset_fake_temporarily():
+                proxy = value if value is not None else torch.zeros((), dtype=self.dtype).expand(tuple(self.shape))
+                prefix = "tensor("
+                suffixes = []
+                if self.device.type != "cpu":
+                    suffixes.append(f"device='{self.device}'")
+                if self.numel() == 0:
+                    if self.dim() != 1:
+                        suffixes.append(f"size={tuple(self.shape)}")
+                    if self.dtype != torch.get_default_dtype():
+                        suffixes.append(f"dtype={self.dtype}")
+                    contents = "[]"
+                else:
+                    if self.dtype not in (torch.get_default_dtype(), torch.cdouble, torch.long, torch.bool):
+                        suffixes.append(f"dtype={self.dtype}")
+                    contents = _tensor_str(proxy, len(prefix))
+                if self.grad_fn is not None:
+                    name = type(self.grad_fn).__name__
+                    if name == "CppFunction":
+                        name = self.grad_fn.name().rsplit("::", 1)[-1]
+                    suffixes.append(f"grad_fn=<{name}>")
+                elif self.requires_grad:
+                    suffixes.append("requires_grad=True")
+                return _add_suffixes(prefix + contents, suffixes, len(prefix), False)
+        finally:
+            METER.exit()
+
     torch.Tensor.tolist = tolist
     torch.Tensor.numpy = numpy
+    _PATCHED["repr"] = FakeTensor.__repr__
+    FakeTensor.__repr__ = fake_repr
     if "tolist" in FakeTensor.__dict__:
         # FakeTensor's own tolist reads element by element (`[elem.item() for elem in self]`): one host read and
         # two dispatches per element, where a real tolist is one copy to the host and one built-in call
@@ -558,6 +648,8 @@ def install(ctx) -> None:
     _install_swap()
     _install_data_pointers()
     _install_data_setter()
+    _install_format()
+    _install_isfinite()
     saving.install()
     torch_profiler.install()
     _install_record_stream()

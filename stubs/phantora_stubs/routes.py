@@ -35,10 +35,12 @@ class Route:
     experts: int
     top_k: int
     expert_last: bool = True     # a map's expert dimension is its last (False: a transposed [experts, tokens] map)
+    first: int = 0               # a map's columns are experts first .. first + experts - 1 of the router's
+    total: int = 0               # the router's experts (0: `experts`, the whole map)
 
-    def picks(self, numel: int) -> int:
-        """How many entries of a routing map of `numel` flags are set: `top_k` per token."""
-        return numel // self.experts * self.top_k
+    @property
+    def router_experts(self) -> int:
+        return self.total or self.experts
 
 
 _KEEP = {"view", "_unsafe_view", "reshape", "flatten", "detach", "alias", "clone", "_to_copy", "contiguous",
@@ -72,7 +74,35 @@ class RouteTable:
     def picks(self, mask: Any) -> int | None:
         """The set flags of a routing map used as a mask (`masked_select`), None if `mask` is not one."""
         route = self.get(mask)
-        return route.picks(mask.numel()) if route is not None and route.kind == "map" else None
+        return self._picks(route, mask.numel()) if route is not None and route.kind == "map" else None
+
+    def _counts(self, route: Route, tokens: int) -> list[int]:
+        """Tokens per expert of the map's columns, for `tokens` rows."""
+        counts = routing.expert_counts(self.distribution(), tokens, route.top_k, route.router_experts)
+        return list(counts[route.first:route.first + route.experts])
+
+    def _picks(self, route: Route, numel: int) -> int:
+        """How many entries of a routing map of `numel` flags are set: `top_k` per token, or what falls in its
+        columns when it holds some of the router's experts."""
+        tokens = numel // route.experts
+        if route.experts == route.router_experts:
+            return tokens * route.top_k
+        return int(sum(self._counts(route, tokens)))
+
+    def gathered(self, output: Any, inputs: list) -> None:
+        """Members' routes concatenated along the tokens (an all-gather of a routing map or of expert ids, as
+        Megatron-core's all-gather dispatcher gathers its routing map over TP x EP): the output is one too."""
+        if not self.table or not isinstance(output, FakeTensor):
+            return
+        routes = {self.get(x) for x in inputs}
+        if len(routes) != 1 or None in routes:
+            return
+        route = routes.pop()
+        x = inputs[0]
+        if route.kind == "map" and route.expert_last and output.dim() == x.dim() and output.shape[-1] == x.shape[-1]:
+            self._mark(output, route)
+        elif route.kind == "ids" and output.dim() == x.dim() and tuple(output.shape[1:]) == tuple(x.shape[1:]):
+            self._mark(output, route)
 
     def _mark(self, t: Any, route: Route) -> None:
         if isinstance(t, FakeTensor):
@@ -90,11 +120,13 @@ class RouteTable:
             if src is not None and isinstance(out, FakeTensor):
                 if src.kind == "ids" or (out.dim() and out.shape[-1 if src.expert_last else 0] == src.experts):
                     self._mark(out, src)
+        elif packet == "slice":
+            self._slice(src, args, kwargs, out)
         elif packet in _TRANSPOSE:
             # a [tokens, experts] map transposed to [experts, tokens] (Megatron-core's permute), and back
             if src is not None and src.kind == "map" and isinstance(out, FakeTensor) and out.dim() == 2 \
                     and _swaps(packet, args, kwargs):
-                self._mark(out, Route("map", src.experts, src.top_k, not src.expert_last))
+                self._mark(out, Route("map", src.experts, src.top_k, not src.expert_last, src.first, src.total))
         elif packet in _SCATTER:
             self._scatter(args, kwargs, out)
         elif packet == "eq":
@@ -110,6 +142,25 @@ class RouteTable:
                 self._mark(out, Route("map", ids.experts, ids.top_k))
         elif packet in _COUNT and src is not None and isinstance(out, FakeTensor):
             self._count(packet, src, args, kwargs, out, values)
+
+    def _slice(self, src: Route | None, args, kwargs, out) -> None:
+        # slice(self, dim, start, end, step): a map's rows (tokens), or some of its experts (Megatron-core's
+        # all-gather dispatcher keeps its local experts' columns)
+        if src is None or src.kind != "map" or not isinstance(out, FakeTensor) or out.dim() != args[0].dim():
+            return
+        x = args[0]
+        dim = _dim(args[1] if len(args) > 1 else kwargs.get("dim", 0), x.dim())
+        step = args[4] if len(args) > 4 else kwargs.get("step", 1)
+        expert_dim = x.dim() - 1 if src.expert_last else 0
+        if dim != expert_dim:
+            self._mark(out, src)
+            return
+        start = args[2] if len(args) > 2 else kwargs.get("start", 0)
+        if step != 1 or not isinstance(start, int):
+            return
+        start = max(start + src.experts if start < 0 else start, 0)
+        self._mark(out, Route("map", int(out.shape[dim]), src.top_k, src.expert_last, src.first + start,
+                              src.router_experts))
 
     def _router(self, packet, args, kwargs, out, values) -> None:
         x = args[0]
@@ -164,7 +215,7 @@ class RouteTable:
         if packet in ("sum", "count_nonzero") and src.kind == "map" and out.dim() == 0 \
                 and not (args[1:] or kwargs.get("dim")):
             with unset_fake_temporarily():                # every flag of the map: the tokens routed in all
-                values.set(out, torch.tensor(src.picks(args[0].numel()), dtype=out.dtype))
+                values.set(out, torch.tensor(self._picks(src, args[0].numel()), dtype=out.dtype))
             return
         if not src.expert_last:
             return
@@ -177,11 +228,12 @@ class RouteTable:
             if src.kind != "map" or not dims or x.dim() - 1 in {_dim(d, x.dim()) for d in dims}:
                 return                               # the expert dimension itself is summed: not a count
             tokens = x.numel() // experts
+            counts = self._counts(src, tokens)
         else:                                        # bincount / histc over the ids
             if src.kind != "ids":
                 return
             tokens = args[0].numel() // src.top_k
-        counts = routing.expert_counts(self.distribution(), tokens, src.top_k, experts)
+            counts = routing.expert_counts(self.distribution(), tokens, src.top_k, experts)
         with unset_fake_temporarily():
             value = torch.tensor(counts, dtype=out.dtype).reshape(out.shape)
         values.set(out, value)

@@ -10,8 +10,11 @@ the host:
 An op that writes into a tensor with a known value from inputs without one forgets that value.
 
 `.item()`, `.tolist()`, `.numpy()`, `bool(t)`, `torch.equal` answer from the table; without a known value they answer
-placeholders: 0 for integer dtypes, 0.0 for floating point, False for bool, 0j for complex (so NaN/inf checks pass
-and GradScaler never skips a step); `torch.equal` answers True. docs/stubs.md lists the rules.
+placeholders: 0 for integer dtypes, 0.0 for floating point, False for bool (True for `torch.isfinite`, fake.py), 0j for complex (so
+NaN/inf checks pass and GradScaler never skips a step); `torch.equal` answers True. docs/stubs.md lists the rules.
+
+Views share their known values' storage as the fake tensors share theirs: a write through a view (an op, a
+collective) is seen by its base and the other views, and a view written with unknown data makes them unknown too.
 """
 
 from __future__ import annotations
@@ -45,6 +48,12 @@ _NEVER = {"_local_scalar_dense", "record_stream", "set_", "resize_", "_resize_ou
 _UNINITIALIZED = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided"}
 
 
+# Boolean ops with an absorbing element: `a | b` is all True where a known operand is all True, whatever the other
+# (unknown) one holds; `a & b` all False where one is all False (Hugging Face's generate() combines its stopping
+# criteria so: the known max-length flag with an end-of-sequence test on tokens no one knows).
+_ABSORBING = {"bitwise_or": True, "bitwise_or_": True, "logical_or": True, "logical_or_": True, "__or__": True,
+              "__ior__": True, "bitwise_and": False, "bitwise_and_": False, "logical_and": False,
+              "logical_and_": False, "__and__": False, "__iand__": False}
 # Ops that write a "found inf/NaN" flag: under the no-inf assumption the flag keeps its (known) value.
 # packet name -> schema position of the flag argument
 _ASSUME_FINITE = {"_amp_foreach_non_finite_check_and_unscale_": 1, "_amp_foreach_non_finite_check_and_unscale": 1}
@@ -79,18 +88,47 @@ class ValueTable:
         self.table: WeakIdKeyDictionary = WeakIdKeyDictionary()
         self._mutates: dict[Any, tuple[tuple[int, str], ...]] = {}
         self.computed = 0
+        self._viewed: set[int] = set()
+        """Storages of known values that a view shares (their data pointers): dropping one of them drops all."""
+
+    def _note(self, real: torch.Tensor) -> None:
+        ptr = real.untyped_storage().data_ptr()
+        if ptr:
+            self._viewed.add(ptr)
 
     def get(self, t: torch.Tensor) -> torch.Tensor | None:
         if not isinstance(t, FakeTensor):
             return t
         return self.table.get(t)
 
-    def set(self, fake: torch.Tensor, real: torch.Tensor) -> None:
+    def set(self, fake: torch.Tensor, real: torch.Tensor, shared: bool = False) -> None:
+        """`fake`'s value is `real`; `shared`: another fake tensor holds the same elements (`t.data = new`)."""
         self.table[fake] = real
+        if shared:
+            self._note(real)
+
+    def write(self, fake: torch.Tensor, real: torch.Tensor) -> None:
+        """`fake` now holds `real` (a collective's result): written into its known value where it has one, so that
+        a base or view sharing it sees the write, as on the GPU; else set."""
+        old = self.table.get(fake) if isinstance(fake, FakeTensor) else None
+        if old is not None and tuple(old.shape) == tuple(real.shape):
+            try:
+                old.copy_(real)
+                return
+            except RuntimeError:           # an expanded value (elements sharing memory): replace it
+                pass
+        self.set(fake, real.clone())
 
     def drop(self, fake: Any) -> None:
-        if isinstance(fake, FakeTensor):
-            self.table.pop(fake, None)
+        if not isinstance(fake, FakeTensor):
+            return
+        v = self.table.pop(fake, None)
+        if v is None or not self._viewed:
+            return
+        ptr = v.untyped_storage().data_ptr()
+        if ptr in self._viewed:                # its base and the other views hold the same elements: unknown too
+            for k in [k for k, w in self.table.items() if w.untyped_storage().data_ptr() == ptr]:
+                self.table.pop(k, None)
 
     def swap(self, a: torch.Tensor, b: torch.Tensor) -> None:
         va, vb = self.table.pop(a, None), self.table.pop(b, None)
@@ -162,6 +200,8 @@ class ValueTable:
             return
         ra = self.real_args(args, kwargs)
         if ra is None:
+            if packet in _ABSORBING and self._absorbed(_ABSORBING[packet], args, outs):
+                return
             self.forget_mutated(func, args, kwargs)
             return
         try:
@@ -176,14 +216,41 @@ class ValueTable:
             self.forget_mutated(func, args, kwargs)
             return
         self.computed += 1
+        view = getattr(func, "is_view", False)       # its value shares its base's elements
         for f, r in zip(fake_leaves, real_leaves):
             if isinstance(f, FakeTensor) and isinstance(r, torch.Tensor) and tuple(f.shape) == tuple(r.shape):
                 self.table[f] = r
+                if view:
+                    self._note(r)
         # in-place ops whose output is not returned as the mutated tensor (out= variants) keep their values too
         for m, rm in zip(self._mutated_args(func, args, kwargs), self._mutated_args(func, *ra)):
             for f, r in zip(pytree.tree_leaves(m), pytree.tree_leaves(rm)):
                 if isinstance(f, FakeTensor) and isinstance(r, torch.Tensor) and tuple(f.shape) == tuple(r.shape):
                     self.table[f] = r
+
+    def _absorbed(self, element: bool, args: tuple, outs: list) -> bool:
+        """Whether a known operand of a boolean or / and is all `element` (the op's absorbing element): then every
+        output element is `element`, whatever the unknown operand holds, and the outputs (an in-place op's own
+        tensor among them) get that value."""
+        out = outs[0] if len(outs) == 1 else None
+        if not isinstance(out, FakeTensor) or out.dtype.is_floating_point or out.dtype.is_complex:
+            return False
+        if element and out.dtype != torch.bool:      # integers: `x | 1` is not 1; `x & 0` is 0
+            return False
+        found = False
+        for a in args[:2]:
+            if isinstance(a, (bool, int)):
+                found = found or bool(a) is element and (a in (0, 1))
+            elif isinstance(a, torch.Tensor):
+                v = self.get(a)
+                if v is not None and v.numel():
+                    with unset_fake_temporarily():
+                        found = found or bool((v.to(torch.bool) == element).all())
+        if not found:
+            return False
+        with unset_fake_temporarily():
+            self.table[out] = torch.full(tuple(out.shape), element, dtype=out.dtype)
+        return True
 
     # -- readers ------------------------------------------------------------------------------------------------------
     def item(self, t: torch.Tensor) -> Any:

@@ -94,6 +94,10 @@ class GroupedLinear(TransformerEngineBaseModule):
         if len(splits) != self.num_gemms:
             raise ValueError(f"transformer_engine.pytorch.GroupedLinear: {len(splits)} splits for {self.num_gemms} "
                              f"GEMMs")
+        rows = inp.numel() // self.in_features
+        if sum(splits) != rows:          # TE splits the input by m_splits (torch.split), which refuses this too
+            raise RuntimeError(f"transformer_engine.pytorch.GroupedLinear: split_with_sizes expects split_sizes to sum "
+                               f"exactly to {rows} (the input's rows), but got split_sizes={splits}")
         weights = [getattr(self, f"weight{i}") for i in range(self.num_gemms)]
         out = _GroupedGemm.apply(inp.reshape(-1, self.in_features), splits, self.fuse_wgrad_accumulation, *weights)
         out = out.reshape(*inp.shape[:-1], self.out_features)
