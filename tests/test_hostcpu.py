@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 from phantora.cluster import HostSpec, load_cluster
+from phantora.engine.ops import OpKind
 from phantora.errors import PresetError
 from phantora.hostcpu import HostCosts
 from phantora.live.summary import HOST_BOUND_SHARE
@@ -237,6 +238,24 @@ def test_measured_mode_is_kept_and_named(tmp_path):
 def test_host_prices_are_checked(key, value):
     with pytest.raises(PresetError, match=f"host.{key}"):
         load_cluster("h100-hgx", overrides=[f"host.{key}={value}"])
+
+
+def test_the_process_group_s_own_python_is_not_the_framework_s(tmp_path):
+    """An all-reduce loop on a small tensor with a known value (whose value the stubs exchange, in Python) and the
+    same loop on a large tensor count the same host work: the simulated process group stands for C++."""
+    trace = tmp_path / "pg.h5"
+    proc = phantora_run("--gpus-per-node", "2", "--quiet", "--trace", str(trace), "--", "python",
+                        str(ROOT / "tests" / "scripts" / "pg_uncounted.py"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with TraceReader(trace) as r:
+        ops = r.ops(0)
+    syncs = np.nonzero(ops["kind"] == int(OpKind.SYNC_DEVICE))[0]
+    assert len(syncs) >= 3
+    windows = [ops[syncs[i] + 1: syncs[i + 1] + 1] for i in (len(syncs) - 3, len(syncs) - 2)]
+    for w in windows:
+        assert (w["kind"] == int(OpKind.COLLECTIVE)).sum() == 20
+    small, large = ({c: int(w[c].sum()) for c in ("host_py", "host_c", "host_disp", "host_line")} for w in windows)
+    assert small == large and small["host_line"] > 0
 
 
 def test_default_prices_reproduce_the_measured_host_bound_steps():

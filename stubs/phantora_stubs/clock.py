@@ -139,8 +139,12 @@ class CpuMeter:
         return self._loc().depth == 1
 
     def dispatch(self) -> None:
-        """An aten op reached the dispatcher (called by the interceptor on entry)."""
-        self._loc().disp += 1
+        """An aten op reached the dispatcher (called by the interceptor on entry, which has entered the meter). Only
+        the framework's ops count: an op the stubs themselves run (exchanging a small tensor's value, printing one)
+        reaches the interceptor with the meter already entered, and is their own work."""
+        loc = self._loc()
+        if loc.depth <= 1:
+            loc.disp += 1
 
     def claim(self) -> float:
         """The pending framework host time of this thread (seconds), reset to 0."""

@@ -12,10 +12,11 @@ from phantora.engine.ops import OpKind
 
 from . import alltoall, context, exchange
 from .clock import METER
-from .dist_emit import EmissionMixin, PhantoraWork, _flat, _forget, _nbytes
+from .dist_emit import EmissionMixin, PhantoraWork, _flat, _forget, _nbytes, uncounted_methods
 from .routes import ROUTES
 
 
+@uncounted_methods
 class CollectivesMixin(EmissionMixin):
     """The collective methods of `PhantoraProcessGroup`."""
 

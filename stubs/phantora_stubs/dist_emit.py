@@ -8,8 +8,10 @@ outputs).
 
 from __future__ import annotations
 
+import functools
+import inspect
 import threading
-from typing import Any
+from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
@@ -18,6 +20,36 @@ from phantora.engine.ops import Op, OpKind
 from . import comm, context
 from .clock import METER
 from .values import VALUES
+
+
+def uncounted(fn: Callable) -> Callable:
+    """A stub method that stands for C++ (a process group's, a work handle's, a future's): its Python is the stubs'
+    own work, not the framework's host work (clock.py), as a real run spends it in C++ (a call of a built-in there)."""
+    @functools.wraps(fn)
+    def entry(*args: Any, **kwargs: Any) -> Any:
+        METER.enter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            METER.exit()
+    entry.__phantora_uncounted__ = True          # type: ignore[attr-defined]
+    return entry
+
+
+def uncounted_methods(cls: type) -> type:
+    """Class decorator: every method and property the class defines (not the dunders) is `uncounted`."""
+    for name, member in list(vars(cls).items()):
+        if name.startswith("__"):
+            continue
+        if isinstance(member, property):
+            setattr(cls, name, property(uncounted(member.fget) if member.fget else None,
+                                        uncounted(member.fset) if member.fset else None, member.fdel,
+                                        member.__doc__))
+        elif isinstance(member, staticmethod):
+            setattr(cls, name, staticmethod(uncounted(member.__func__)))
+        elif inspect.isfunction(member) and not getattr(member, "__phantora_uncounted__", False):
+            setattr(cls, name, uncounted(member))
+    return cls
 
 
 def _nbytes(tensors: Any) -> int:
@@ -53,6 +85,7 @@ class _Backward:
 BACKWARD = _Backward()
 
 
+@uncounted_methods
 class _WorkFuture(torch.futures.Future):
     """A completed future whose waits order the current stream after its collective."""
 
@@ -95,6 +128,7 @@ def install_backward_join() -> None:
     torch.autograd.backward = backward
 
 
+@uncounted_methods
 class PhantoraWork(dist._Work):
     """The handle of a simulated collective: wait() orders the current stream after it."""
 

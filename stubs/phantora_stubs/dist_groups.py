@@ -13,10 +13,12 @@ import torch.distributed as dist
 
 from . import comm, context
 from .dist_collectives import CollectivesMixin
+from .dist_emit import uncounted_methods
 from .dist_group_creation import _PENDING, _split
 from .dist_p2p import PointToPointMixin
 
 
+@uncounted_methods
 class PhantoraProcessGroup(CollectivesMixin, PointToPointMixin, dist.ProcessGroup):
     """A process group whose collectives are simulated (dist_collectives.py, dist_p2p.py)."""
 
@@ -123,6 +125,7 @@ class _NcclOptions:
         self.config = _NcclConfig()
 
 
+@uncounted_methods
 class PhantoraNCCLGroup(PhantoraProcessGroup):
     """What `init_process_group("nccl")` / `new_group(backend="nccl")` create."""
 
@@ -142,6 +145,7 @@ class _GlooOptions:
         self._timeout = None
 
 
+@uncounted_methods
 class PhantoraGlooGroup(PhantoraProcessGroup):
     """What a "gloo" backend (explicit, or the default for CPU) creates."""
 

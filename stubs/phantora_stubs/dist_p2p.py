@@ -11,9 +11,10 @@ from phantora.engine.ops import OpKind
 
 from . import comm, context, exchange
 from .clock import METER
-from .dist_emit import EmissionMixin, PhantoraWork, _flat, _forget
+from .dist_emit import EmissionMixin, PhantoraWork, _flat, _forget, uncounted_methods
 
 
+@uncounted_methods
 class PointToPointMixin(EmissionMixin):
     """The point-to-point and coalescing methods of `PhantoraProcessGroup`."""
 

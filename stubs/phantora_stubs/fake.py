@@ -280,16 +280,18 @@ def _install_isfinite() -> None:
         return out
 
     def isfinite(input):
-        METER.enter()                  # a C function in a real run: its ops' dispatches are counted
+        out = function(input)          # the framework's ops (a C function in a real run): counted
+        METER.enter()
         try:
-            return assume_finite(input, function(input))
+            return assume_finite(input, out)
         finally:
             METER.exit()
 
     def tensor_isfinite(self):
+        out = method(self)
         METER.enter()
         try:
-            return assume_finite(self, method(self))
+            return assume_finite(self, out)
         finally:
             METER.exit()
 
