@@ -27,6 +27,7 @@ import gc
 import sys
 import threading
 import time as _time
+import functools
 from functools import partial
 from typing import Callable
 
@@ -225,6 +226,28 @@ class CpuMeter:
 
 
 METER = CpuMeter()
+
+
+def unmetered(fn: Callable) -> Callable:
+    """`fn` with its own Python excluded from the framework's host work (the ops it issues still count): a stub
+    that stands for C++ or for work a real run does not do. Inside a region Dynamo traces, `fn` is called as it is."""
+    if getattr(fn, "__phantora_unmetered__", False):
+        return fn
+    import torch
+    is_compiling = torch.compiler.is_compiling
+
+    @functools.wraps(fn)
+    def wrapped(*args, **kwargs):
+        if is_compiling():             # Dynamo traces the function itself (a compiled region's op)
+            return fn(*args, **kwargs)
+        METER.enter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            METER.exit()
+
+    wrapped.__phantora_unmetered__ = True   # type: ignore[attr-defined]
+    return wrapped
 
 SKIPPED_NAMES = ("__eq__", "__ne__", "__hash__", "_randbelow_with_getrandbits")
 """Functions the counter leaves out, with all they call, because how often they run or what they call depends on

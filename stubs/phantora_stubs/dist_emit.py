@@ -8,47 +8,34 @@ outputs).
 
 from __future__ import annotations
 
-import functools
 import inspect
 import threading
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.distributed as dist
 from phantora.engine.ops import Op, OpKind
 
 from . import comm, context
-from .clock import METER
+from .clock import METER, unmetered
 from .values import VALUES
 
 
-def uncounted(fn: Callable) -> Callable:
-    """A stub method that stands for C++ (a process group's, a work handle's, a future's): its Python is the stubs'
-    own work, not the framework's host work (clock.py), as a real run spends it in C++ (a call of a built-in there)."""
-    @functools.wraps(fn)
-    def entry(*args: Any, **kwargs: Any) -> Any:
-        METER.enter()
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            METER.exit()
-    entry.__phantora_uncounted__ = True          # type: ignore[attr-defined]
-    return entry
-
-
 def uncounted_methods(cls: type) -> type:
-    """Class decorator: every method and property the class defines (not the dunders) is `uncounted`."""
+    """Class decorator for a stub class that stands for C++ (a process group, its work handles and futures): every
+    method and property it defines (not the dunders) runs `unmetered`, its Python the stubs' own work, not the
+    framework's host work (clock.py)."""
     for name, member in list(vars(cls).items()):
         if name.startswith("__"):
             continue
         if isinstance(member, property):
-            setattr(cls, name, property(uncounted(member.fget) if member.fget else None,
-                                        uncounted(member.fset) if member.fset else None, member.fdel,
+            setattr(cls, name, property(unmetered(member.fget) if member.fget else None,
+                                        unmetered(member.fset) if member.fset else None, member.fdel,
                                         member.__doc__))
         elif isinstance(member, staticmethod):
-            setattr(cls, name, staticmethod(uncounted(member.__func__)))
-        elif inspect.isfunction(member) and not getattr(member, "__phantora_uncounted__", False):
-            setattr(cls, name, uncounted(member))
+            setattr(cls, name, staticmethod(unmetered(member.__func__)))
+        elif inspect.isfunction(member):
+            setattr(cls, name, unmetered(member))
     return cls
 
 

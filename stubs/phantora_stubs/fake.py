@@ -41,7 +41,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode, unset_fake_temporarily
 
 from . import conversions, saving, thread_waits, torch_profiler
-from .clock import METER
+from .clock import METER, unmetered
 from .values import VALUES, small_enough
 
 _PATCHED: dict[str, Any] = {}
@@ -327,25 +327,6 @@ def _install_compile() -> None:
 
 # ---- flex attention, set_timeout -------------------------------------------------------------------------------------
 
-def _unmetered(fn: Any) -> Any:
-    """`fn` with its own Python time excluded from the framework CPU time (the GPU ops it issues still count)."""
-    if getattr(fn, "__phantora_unmetered__", False):
-        return fn
-
-    @functools.wraps(fn)
-    def wrapped(*args, **kwargs):
-        if torch.compiler.is_compiling():       # Dynamo traces the function itself (a compiled region's op)
-            return fn(*args, **kwargs)
-        METER.enter()
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            METER.exit()
-
-    wrapped.__phantora_unmetered__ = True   # type: ignore[attr-defined]
-    return wrapped
-
-
 def patch_flex_attention(module: Any) -> None:
     """Eager flex attention as the higher-order ops the interceptor sees, without the eager path's Python cost.
 
@@ -361,14 +342,14 @@ def patch_flex_attention(module: Any) -> None:
     for name in ("flex_attention", "create_block_mask"):
         fn = getattr(module, name, None)
         if fn is not None:
-            setattr(module, name, _unmetered(fn))
+            setattr(module, name, unmetered(fn))
     try:
         from torch._higher_order_ops import flex_attention as hop
     except ImportError:
         return
     op = getattr(hop, "FlexAttentionAutogradOp", None)
     if op is not None and "backward" in vars(op):
-        op.backward = staticmethod(_unmetered(vars(op)["backward"].__func__
+        op.backward = staticmethod(unmetered(vars(op)["backward"].__func__
                                                if isinstance(vars(op)["backward"], staticmethod)
                                                else vars(op)["backward"]))
 
