@@ -12,6 +12,13 @@ engine has no `a`: it slows a kernel only for the time a collective overlaps it,
 their whole extra kernel time: 1 + (the class's two-GPU time less its one-GPU time) / (its time overlapped by NCCL),
 the `engine` column. Prints one line per pair and class and the fits over all pairs.
 
+    python groundtruth/insitu/sharing_fit.py --copies ONE_GPU/timeline.json TWO_GPU/timeline.json [...] [-- TIMELINE...]
+
+With `--copies`, the same launches fitted with a third term: ratio = a (1 + (s - 1) f + (c - 1) g), where `g` is the
+share of the launch's time that overlaps a kernel of another stream of its rank that is not NCCL's (FSDP's copy-in
+and copy-out on its side streams), `c` the factor while one does. Timelines after `--` (no one-GPU pair needed) are
+summed per stream and class: kernel time, and the time of it beside another stream's kernels and beside NCCL's.
+
     python groundtruth/insitu/sharing_fit.py --engine SIM1.h5 SIM2.h5 ... ONE_GPU/timeline.json TWO_GPU/... [...]
 
 With `--engine`, one simulated trace per pair (the same two-GPU step under `phantora run`, replayed with the sharing
@@ -79,6 +86,92 @@ def fit(rows: list[tuple[float, float, float]]) -> tuple[float, float, float]:
     return a, 1 + b / a, float((f * w * w).sum() / (w * w).sum())
 
 
+def samples_copies(base_path: str, other_path: str) -> dict[bool, list[tuple[float, float, float, float]]]:
+    """(f, g, two-GPU duration, one-GPU duration) per matched launch, by class: f beside NCCL, g beside another
+    stream's kernels that are not NCCL's (`--copies` in the module docstring)."""
+    base = {n: clusters(d) for n, d in load(base_path).items()}
+    data = json.loads(Path(other_path).read_text())
+    names = data["names"]
+    rows = kernels(data)
+    nccl = overlap_with(_union(sorted((s, s + d) for n, _st, s, d in rows if "nccl" in names[n].lower())))
+    side = side_streams(rows, names)
+    out: dict[bool, list] = {True: [], False: []}
+    for n, stream, s, d in rows:
+        name = names[n]
+        if "nccl" in name.lower() or d <= 0 or not base.get(name):
+            continue
+        ref = min(base[name], key=lambda c: abs(c[0] - d))[0]
+        if abs(d / ref - 1) > 0.5:
+            continue
+        g = sum(o(s, s + d) for sid, o in side.items() if sid != stream) / d
+        out[compute_bound(name)].append((nccl(s, s + d) / d, min(g, 1.0), d, ref))
+    return out
+
+
+def side_streams(rows: list, names: list) -> dict:
+    """Per stream, the overlap function of its kernels that are not NCCL's."""
+    per: dict[int, list] = {}
+    for n, stream, s, d in rows:
+        if "nccl" not in names[n].lower():
+            per.setdefault(stream, []).append((s, s + d))
+    return {sid: overlap_with(_union(sorted(iv))) for sid, iv in per.items()}
+
+
+def fit_copies(rows: list[tuple[float, float, float, float]]) -> tuple[float, float, float]:
+    """(a, s, c) of ratio = a (1 + (s - 1) f + (c - 1) g), weighted by the one-GPU time."""
+    f = np.array([r[0] for r in rows])
+    g = np.array([r[1] for r in rows])
+    y = np.array([r[2] / r[3] for r in rows])
+    w = np.sqrt(np.array([r[3] for r in rows]))
+    a, b, c = np.linalg.lstsq(np.vstack([np.ones_like(f), f, g]).T * w[:, None], y * w, rcond=None)[0]
+    return a, 1 + b / a, 1 + c / a
+
+
+def beside(path: str) -> None:
+    """Print, per stream and class, the kernel time and the part of it beside another stream's kernels (not NCCL's)
+    and beside NCCL's kernels."""
+    data = json.loads(Path(path).read_text())
+    names = data["names"]
+    rows = kernels(data)
+    nccl = overlap_with(_union(sorted((s, s + d) for n, _st, s, d in rows if "nccl" in names[n].lower())))
+    side = side_streams(rows, names)
+    sums: dict[tuple[int, bool], list[float]] = {}
+    for n, stream, s, d in rows:
+        if "nccl" in names[n].lower():
+            continue
+        t = sums.setdefault((stream, compute_bound(names[n])), [0.0, 0.0, 0.0])
+        t[0] += d
+        t[1] += sum(o(s, s + d) for sid, o in side.items() if sid != stream)
+        t[2] += nccl(s, s + d)
+    print(path)
+    for (stream, cls), (t, other, by_nccl) in sorted(sums.items()):
+        print(f"  stream {stream:3d} {'GEMMs and attention' if cls else 'other kernels':20s} {t / 1e3:9.1f} ms, "
+              f"beside another stream's kernels {other / 1e3:8.1f} ms, beside NCCL {by_nccl / 1e3:8.1f} ms")
+
+
+def copies_main(paths: list[str]) -> None:
+    extra = []
+    if "--" in paths:
+        i = paths.index("--")
+        paths, extra = paths[:i], paths[i + 1:]
+    if len(paths) % 2:
+        sys.exit(__doc__)
+    pooled: dict[bool, list] = {True: [], False: []}
+    for base, other in zip(paths[::2], paths[1::2]):
+        got = samples_copies(base, other)
+        for cls, label in ((True, "GEMMs and attention"), (False, "other kernels")):
+            pooled[cls] += got[cls]
+            a, s, c = fit_copies(got[cls])
+            print(f"{Path(other).parent.name:28s} {label:20s} alone x{a:.3f}  beside NCCL x{s:.3f}  "
+                  f"beside copies x{c:.3f}  ({len(got[cls])} launches)")
+    for cls, label in ((True, "GEMMs and attention"), (False, "other kernels")):
+        if pooled[cls]:
+            a, s, c = fit_copies(pooled[cls])
+            print(f"{'all pairs':28s} {label:20s} alone x{a:.3f}  beside NCCL x{s:.3f}  beside copies x{c:.3f}")
+    for path in extra:
+        beside(path)
+
+
 def engine_factor(rows: list[tuple[float, float, float]]) -> float:
     """The engine's factor: 1 + extra time / overlapped time, both in one-GPU time (see the module docstring)."""
     extra = sum(two - one for _f, two, one in rows)
@@ -121,6 +214,8 @@ def engine_terms_factor(pairs: list[tuple[list, float]]) -> float:
 
 
 def main(paths: list[str]) -> None:
+    if paths and paths[0] == "--copies":
+        return copies_main(paths[1:])
     sims: list[str] = []
     if paths and paths[0] == "--engine":
         n = (len(paths) - 1) // 3
