@@ -54,6 +54,12 @@ class FamilyEfficiency:
             raise PhantoraError(f"efficiency table: {family} saturation constants must be >= 0")
 
 
+PAGEABLE_SHARE = {"h2d-pageable": 0.39, "d2h-pageable": 0.30}
+"""A copy between a GPU and pageable (not pinned) host memory, which the driver stages through a pinned buffer, as a
+share of the pinned rate: measured on an H200 host with 1 GiB copies (`python -m phantora.probes.copyprobe`;
+groundtruth/hostcpu/copies-h200.json: pinned 55.0 / 55.3 GB/s, pageable 21.4 to the GPU, 16.3 from it)."""
+
+
 @dataclass(frozen=True)
 class EfficiencyTable:
     """Per-family efficiencies of one GPU architecture plus the per-kernel latency."""
@@ -275,8 +281,8 @@ class RooflineModel:
             return 0.0
         t = self.table
         lat = t.latency_s * w.launches
-        if w.xfer in ("h2d", "d2h"):
-            return w.nbytes / self._pcie + lat
+        if w.xfer:
+            return w.nbytes / (self._pcie * PAGEABLE_SHARE.get(w.xfer, 1.0)) + lat
         e = t.lookup(w)
         f = w.kernel_flops
         tc = (f + e.w0_flops) / (self.peak(w) * e.compute) if f > 0 else 0.0

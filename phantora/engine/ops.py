@@ -34,8 +34,9 @@ class OpKind(IntEnum):
 
 class Memcpy(IntEnum):
     H2D = 0
-    D2H = 1
+    D2H = 1             # a download the host waits for (blocking, or to pageable memory)
     D2D = 2
+    D2H_ASYNC = 3       # a non-blocking download to pinned memory: the host goes on
 
 
 class CostSource(IntEnum):

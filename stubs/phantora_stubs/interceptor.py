@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import math
 import threading
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -424,21 +425,36 @@ class Interceptor(TorchDispatchMode):
                 cast = host_compute.cast_kind(src.dtype, dst.dtype)
                 if direction == Memcpy.H2D and convert >= host_compute.MIN_BYTES:
                     self.rt.advance_cpu(host_compute.memory().seconds(convert, cast))
-            duration, sig, source = self._copy_cost(func, args, kwargs)
+            if name == "_to_copy" and direction == Memcpy.D2H and non_blocking:
+                self._pinned[dst] = True        # PyTorch gives a non-blocking download pinned memory
+            pageable = direction != Memcpy.D2D and (dst if direction == Memcpy.D2H else src) not in self._pinned
+            duration, sig, source = self._copy_cost(func, args, kwargs, pageable, non_blocking)
+            arg = Memcpy.D2H_ASYNC if direction == Memcpy.D2H and non_blocking and not pageable else direction
             op = Op(OpKind.MEMCPY, stream=self.dev.stream(device), name=str(func), sig=sig, duration=duration,
-                    nbytes=nbytes, arg=int(direction), cpu_delta=METER.claim(), source=source, mem=mem)
-            if direction == Memcpy.D2H and not non_blocking:
+                    nbytes=nbytes, arg=int(arg), cpu_delta=METER.claim(), source=source, mem=mem)
+            # As CUDA and PyTorch do (phantora.probes.copyprobe): a blocking copy waits for its stream (PyTorch
+            # synchronizes it after the copy); a non-blocking one to or from pinned memory returns at once; a
+            # non-blocking download to pageable memory waits like a blocking one, and a non-blocking upload from
+            # pageable memory holds the thread while the driver stages it, without waiting for the stream.
+            if direction != Memcpy.D2D and (not non_blocking or (pageable and direction == Memcpy.D2H)):
                 self.rt.wait(op)
-                if host_convert and convert >= host_compute.MIN_BYTES:
+                if direction == Memcpy.D2H and host_convert and convert >= host_compute.MIN_BYTES:
                     self.rt.advance_cpu(host_compute.memory().seconds(convert, cast))
             else:
                 self.rt.submit(op)
+                if pageable and direction == Memcpy.H2D:
+                    self.rt.advance_cpu(duration)
         VALUES.after_op(func, name, args, kwargs, out)
         return out
 
-    def _copy_cost(self, func, args, kwargs) -> tuple[float, int, int]:
+    def _copy_cost(self, func, args, kwargs, pageable: bool = False, non_blocking: bool = False
+                   ) -> tuple[float, int, int]:
         try:
-            c = self.coster.cost(func, args, kwargs)
+            sig = self.coster.signature_of(func, args, kwargs)
+            if sig.scalar("xfer"):           # across the host link: what the link's rate depends on
+                extra = (("non_blocking", True),) if non_blocking else ()
+                sig = replace(sig, scalars=sig.scalars + extra + ((("pageable", True),) if pageable else ()))
+            c = self.coster.cost_signature(sig)
             return c.duration, c.sig_id, c.source
         except Exception:  # noqa: BLE001 - fall back to the host link's nominal bandwidth
             return 0.0, -1, int(CostSource.NONE)

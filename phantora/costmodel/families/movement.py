@@ -34,13 +34,27 @@ def _copy(sig: Signature, family: str) -> Work:
         dst, src = sig.tensor(0), sig.tensor(1)
         if dst is None:
             return _other(sig, OTHER)
+        if xfer:
+            return _transfer(sig, xfer, numel(dst[0]), src[1] if src else dst[1], dst[1])
         read = touched(src[0], src[2]) * itemsize(src[1]) if src else 0
         return Work(COPY, 0.0, float(read + numel(dst[0]) * itemsize(dst[1])), xfer=xfer)
     x = _first_tensor(sig)
     if x is None:
         return _other(sig, OTHER)
     out_dt = sig.scalar("dtype") or x[2]
+    if xfer:
+        return _transfer(sig, xfer, numel(x[1]), x[2], out_dt)
     return Work(COPY, 0.0, float(touched(x[1], x[3]) * itemsize(x[2]) + numel(x[1]) * itemsize(out_dt)), xfer=xfer)
+
+
+def _transfer(sig: Signature, xfer: str, elements: int, src_dtype: str, dst_dtype: str) -> Work:
+    """A copy across the host link moves each element once, in the dtype of the side that converts it last: a
+    non-blocking copy converts on the GPU (the host side's dtype crosses), a blocking one on the host (the GPU
+    side's). Scalar `pageable` (the host side is not pinned memory) makes it a staged copy ('h2d-pageable')."""
+    host_dt, gpu_dt = (src_dtype, dst_dtype) if xfer == "h2d" else (dst_dtype, src_dtype)
+    size = itemsize(host_dt if sig.scalar("non_blocking") else gpu_dt)
+    kind = f"{xfer}-pageable" if sig.scalar("pageable") else xfer
+    return Work(COPY, 0.0, float(elements * size), xfer=kind)
 
 
 def _cat(sig: Signature, family: str) -> Work:
