@@ -129,6 +129,10 @@ class CostModel:
         self.stats[source] = self.stats.get(source, 0) + 1
 
     def _from_sources(self, sig: Signature, w) -> Cost:
+        if w.xfer:
+            # a copy across the host link: the link's time. Profiles time signatures on one GPU, where a host-device
+            # copy's signature runs as a copy within the GPU (measure.py drops `xfer`): never a link's time.
+            return self.roofline.cost_of(w)
         key = sig.key()
         if self.profile_db is not None:
             rec = self.profile_db.lookup(key)

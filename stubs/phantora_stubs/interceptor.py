@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import math
 import threading
+import weakref
 from dataclasses import replace
 from typing import Any
 
@@ -204,6 +205,7 @@ class Interceptor(TorchDispatchMode):
         self._cats: dict[Any, int] = {}
         self._pending: WeakIdKeyDictionary = WeakIdKeyDictionary()   # functional-collective output -> event
         self._pinned: WeakIdKeyDictionary = WeakIdKeyDictionary()    # tensors made by pin_memory()
+        self._pinned_storages: dict[int, weakref.ref] = {}             # their storages -> the tensor
 
     # -- entry ---------------------------------------------------------------------------------------------------
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -228,7 +230,7 @@ class Interceptor(TorchDispatchMode):
         out = self._dispatch_op(func, args, kwargs)
         if kwargs.get("pin_memory") is True:         # a factory asked for pinned host memory (torch.empty(...,
             for t in _tensors(out):                    # pin_memory=True)): is_pinned() says so, as on a GPU host
-                self._pinned[t] = True
+                self._mark_pinned(t)
         return out
 
     def _dispatch_op(self, func, args, kwargs):
@@ -426,8 +428,8 @@ class Interceptor(TorchDispatchMode):
                 if direction == Memcpy.H2D and convert >= host_compute.MIN_BYTES:
                     self.rt.advance_cpu(host_compute.memory().seconds(convert, cast))
             if name == "_to_copy" and direction == Memcpy.D2H and non_blocking:
-                self._pinned[dst] = True        # PyTorch gives a non-blocking download pinned memory
-            pageable = direction != Memcpy.D2D and (dst if direction == Memcpy.D2H else src) not in self._pinned
+                self._mark_pinned(dst)          # PyTorch gives a non-blocking download pinned memory
+            pageable = direction != Memcpy.D2D and not self._is_pinned(dst if direction == Memcpy.D2H else src)
             duration, sig, source = self._copy_cost(func, args, kwargs, pageable, non_blocking)
             arg = Memcpy.D2H_ASYNC if direction == Memcpy.D2H and non_blocking and not pageable else direction
             op = Op(OpKind.MEMCPY, stream=self.dev.stream(device), name=str(func), sig=sig, duration=duration,
@@ -601,13 +603,32 @@ class Interceptor(TorchDispatchMode):
         """Pinned host memory is plain host memory here (page-locking costs are not modelled)."""
         x = args[0]
         if _packet_name(func) == "is_pinned":
-            return x in self._pinned
+            return self._is_pinned(x)
         out = torch.empty_strided(tuple(x.shape), tuple(x.stride()), dtype=x.dtype, device=x.device)
         value = VALUES.get(x)
         if value is not None:
-            VALUES.set(out, value.clone())
-        self._pinned[out] = True
+            with unset_fake_temporarily():
+                VALUES.set(out, value.clone())
+        self._mark_pinned(out)
         return out
+
+    def _mark_pinned(self, t: torch.Tensor) -> None:
+        self._pinned[t] = True
+        key = _storage_key(t)
+        if key:
+            if len(self._pinned_storages) >= 4096:        # forget the storages of tensors that died
+                self._pinned_storages = {k: r for k, r in self._pinned_storages.items() if r() is not None}
+            self._pinned_storages[key] = weakref.ref(t)
+
+    def _is_pinned(self, t: torch.Tensor) -> bool:
+        """Whether `t` lies in pinned host memory: a tensor made pinned, or a view or `.data` of one (the same storage,
+        as CUDA's pointer check answers), while that tensor lives."""
+        if t in self._pinned:
+            return True
+        key = _storage_key(t)
+        ref = self._pinned_storages.get(key) if key else None
+        owner = ref() if ref is not None else None
+        return owner is not None and _storage_key(owner) == key
 
     # -- functional collectives ---------------------------------------------------------------------------------
     def _functional_collective(self, func, args, kwargs):
@@ -733,6 +754,14 @@ class _CountProbe(Interceptor):
 
     def _dispatch(self, func, args, kwargs):
         return func(*args, **kwargs)
+
+
+def _storage_key(t: torch.Tensor) -> int:
+    """The identity of a tensor's storage, shared by its views and `.data` (0 where it has none)."""
+    try:
+        return t.untyped_storage()._cdata
+    except (RuntimeError, NotImplementedError, AttributeError):
+        return 0
 
 
 def calibrate_dispatch_counts(n: int = 64) -> tuple[int, int, int]:

@@ -23,7 +23,7 @@ for pinned in (True, False):
             t2 = time.perf_counter()
             out[f"{direction}_{'pinned' if pinned else 'pageable'}_{'nb' if nb else 'blocking'}"] = [t1 - t0, t2 - t0]
 a = torch.empty(8192, 8192, device="cuda", dtype=torch.bfloat16)
-small = torch.empty(2**18, device="cuda")
+dev_small = torch.empty(2**18, device="cuda")
 for pinned in (True, False):
     host = torch.empty(2**18, pin_memory=pinned)
     for nb in (False, True):
@@ -32,9 +32,14 @@ for pinned in (True, False):
         for _ in range(20):
             a @ a
         t1 = time.perf_counter()
-        small.copy_(host, non_blocking=nb)
+        dev_small.copy_(host, non_blocking=nb)
         t2 = time.perf_counter()
         torch.cuda.synchronize()
         t3 = time.perf_counter()
         out[f"busy_h2d_{'pinned' if pinned else 'pageable'}_{'nb' if nb else 'blocking'}"] = [t2 - t1, t3 - t1]
+big = torch.empty(1 << 20, pin_memory=True)         # views and .data of pinned memory are pinned (one storage)
+out["pinned_views"] = [big[10:20].is_pinned(), big.data.is_pinned(), big.view(2, -1).is_pinned(),
+                       torch.empty(4).is_pinned()]
+small = torch.tensor([1.0, 2.0, 3.0]).pin_memory()  # a pinned copy keeps the known value
+out["small_pinned"] = [small.tolist(), small.cuda(non_blocking=True).tolist()]
 print("RESULT " + json.dumps(out), flush=True)
