@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import sys
+import weakref
 from typing import Any
 
+import torch
 import torch.distributed as dist
 
 from .dist_groups import PhantoraProcessGroup
@@ -35,8 +37,14 @@ def patch_ddp_module(module) -> None:
     # and the buckets are made at construction with those limits, in the reverse order of the parameters, the
     # order their gradients are produced in (DistributedDataParallel's own approximation before its first
     # iteration, where today's torch puts every parameter in one bucket until the rebuild).
+    # The rebuild first checks that the previous backward pass reduced every bucket (a parameter that got no
+    # gradient leaves its bucket unreduced): `_check_reducer_finalized` runs that check alone, raising as on a GPU.
     try:
-        dist.Reducer._rebuild_buckets = lambda self: False
+        dist.Reducer._rebuild_buckets = _no_rebuild
+    except (AttributeError, TypeError):
+        pass
+    try:
+        dist.Reducer.prepare_for_backward = _prepare_for_backward
     except (AttributeError, TypeError):
         pass
     # static_graph=True: the Reducer's first backward pass delays every all-reduce to its end and all-reduces its map
@@ -61,6 +69,43 @@ def patch_ddp_module(module) -> None:
         config.compute_bucket_size_limits = compute_bucket_size_limits
 
 
+_REAL_PREPARE = getattr(dist.Reducer, "prepare_for_backward", None)
+
+
+def _no_rebuild(self) -> bool:
+    self._check_reducer_finalized()
+    return False
+
+
+def _prepare_for_backward(self, outputs) -> None:
+    """`find_unused_parameters=True` (simulated with the Reducer's own search off, see `_DistProxy`): the search as
+    the Reducer runs it, in Python, over the autograd graph from the forward's outputs; each parameter it does not
+    reach is marked ready now (the Reducer marks them at the first gradient of the backward pass), so that its
+    bucket is reduced as on a GPU."""
+    _REAL_PREPARE(self, outputs)
+    params = _FIND_UNUSED.get(id(self))
+    if params is None:
+        return
+    outputs = [outputs] if isinstance(outputs, torch.Tensor) else list(outputs)
+    seen, stack, reached = set(), [t.grad_fn for t in outputs if isinstance(t, torch.Tensor) and t.grad_fn], set()
+    while stack:
+        fn = stack.pop()
+        if fn is None or fn in seen:
+            continue
+        seen.add(fn)
+        var = getattr(fn, "variable", None)
+        if var is not None:
+            reached.add(id(var))
+        stack.extend(nxt for nxt, _ in fn.next_functions)
+    for index, p in enumerate(params):
+        if id(p) not in reached:
+            self._autograd_hook(index)
+
+
+_FIND_UNUSED: dict[int, list] = {}
+"""Reducers made with `find_unused_parameters=True` (by id) -> their parameters, in the Reducer's order."""
+
+
 FIND_UNUSED_ARG = 6
 """Position of `find_unused_parameters` among dist.Reducer's arguments."""
 
@@ -78,13 +123,20 @@ class _DistProxy:
 
     def Reducer(self, *args: Any, **kwargs: Any) -> Any:          # noqa: N802 - torch's name
         args = list(args)
+        find_unused = False
         if len(args) > FIND_UNUSED_ARG and args[FIND_UNUSED_ARG] is True:
             args[FIND_UNUSED_ARG] = False
-            _note_find_unused()
+            find_unused = True
         elif kwargs.get("find_unused_parameters") is True:
             kwargs["find_unused_parameters"] = False
+            find_unused = True
+        reducer = self._real.Reducer(*args, **kwargs)
+        if find_unused:
             _note_find_unused()
-        return self._real.Reducer(*args, **kwargs)
+            params = args[0] if args else kwargs.get("params")
+            _FIND_UNUSED[id(reducer)] = list(params)
+            weakref.finalize(reducer, _FIND_UNUSED.pop, id(reducer), None)
+        return reducer
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._real, name)
@@ -96,8 +148,9 @@ def _note_static_graph() -> None:
 
 
 def _note_find_unused() -> None:
-    note_once("find_unused", "DistributedDataParallel(find_unused_parameters=True) is simulated as False: every "
-              "parameter must get a gradient each step (docs/stubs.md)")
+    note_once("find_unused", "DistributedDataParallel(find_unused_parameters=True): the parameters the forward pass "
+              "did not use are found in Python and their buckets reduced; the small all-reduce of the map of used "
+              "parameters is not simulated (docs/stubs.md)")
 
 
 def verify_param_shapes(process_group, tensors, logger=None):
