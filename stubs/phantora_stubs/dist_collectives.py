@@ -135,6 +135,7 @@ class CollectivesMixin(EmissionMixin):
         work = None
         if self._rank == root:
             _forget(output_lists)
+            output_lists[0][root].copy_(input_tensors[0])      # the root's own chunk: a copy on its GPU
             for peer in range(self._size):
                 if peer != root:
                     work = self._p2p(OpKind.RECV, input_tensors, peer)
@@ -148,6 +149,7 @@ class CollectivesMixin(EmissionMixin):
         self._group_marker(OpKind.GROUP_START)
         work = None
         if self._rank == root:
+            output_tensors[0].copy_(input_lists[0][root])      # the root's own chunk: a copy on its GPU
             for peer in range(self._size):
                 if peer != root:
                     work = self._p2p(OpKind.SEND, output_tensors, peer)

@@ -202,6 +202,8 @@ class ValueTable:
         if ra is None:
             if packet in _ABSORBING and self._absorbed(_ABSORBING[packet], args, outs):
                 return
+            if packet == "copy_" and self._overwritten(args):
+                return
             self.forget_mutated(func, args, kwargs)
             return
         try:
@@ -227,6 +229,24 @@ class ValueTable:
             for f, r in zip(pytree.tree_leaves(m), pytree.tree_leaves(rm)):
                 if isinstance(f, FakeTensor) and isinstance(r, torch.Tensor) and tuple(f.shape) == tuple(r.shape):
                     self.table[f] = r
+
+    def _overwritten(self, args: tuple) -> bool:
+        """`dst.copy_(src)` with `src` known and `dst` not: every element of `dst` is overwritten, so it is known
+        (its old value never mattered)."""
+        if len(args) < 2 or not isinstance(args[0], FakeTensor) or not isinstance(args[1], torch.Tensor):
+            return False
+        src = self.get(args[1])
+        if src is None:
+            return False
+        dst = args[0]
+        try:
+            with unset_fake_temporarily():
+                real = torch.empty(tuple(dst.shape), dtype=dst.dtype)
+                real.copy_(src)
+                self.write(dst, real)
+        except Exception:  # noqa: BLE001 - a copy the CPU cannot make: value unknown
+            return False
+        return True
 
     def _absorbed(self, element: bool, args: tuple, outs: list) -> bool:
         """Whether a known operand of a boolean or / and is all `element` (the op's absorbing element): then every

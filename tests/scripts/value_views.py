@@ -1,6 +1,7 @@
 """Known values as a GPU computes them (2 ranks): a collective into a view of a tensor, an in-place gather, a gather
 into a list of views of one buffer; a view overwritten with data of unknown value; formatting a 0-d tensor; isfinite
-of a value not known; printing tensors; bf16 all-reduce, reduce, reduce-scatter; a boolean or with a known all-True operand. Prints
+of a value not known; printing tensors; bf16 all-reduce, reduce, reduce-scatter; a boolean or with a known all-True operand;
+the root's own chunk of a scatter and a gather. Prints
 one RESULT line per rank."""
 
 import json
@@ -43,6 +44,10 @@ eos = torch.isin(big[:2].long(), torch.tensor([2], device="cuda"))
 unfinished = torch.ones(2, dtype=torch.long, device="cuda") & ~(max_length_done | eos)
 still_unknown = torch.full((2,), False, device="cuda") | eos
 weight = torch.ones(2, device="cuda", requires_grad=True)
+scatter_out = torch.full((2,), -1.0, device="cuda")    # the root's own chunk lands in its output
+dist.scatter(scatter_out, [torch.full((2,), 10.0 * i + 5, device="cuda") for i in range(w)] if r == 0 else None, src=0)
+gather_out = [torch.full((2,), -1.0, device="cuda") for _ in range(w)] if r == 0 else None
+dist.gather(src, gather_out, dst=0)
 out = {"rank": r, "into_view": into_view.tolist(), "in_place": in_place.tolist(), "list_views": buffer.tolist(),
        "overwritten": overwritten.tolist(), "fmt_known": f"{torch.tensor(1.5, device='cuda'):.3f}",
        "fmt_unknown": f"{loss:.2f}", "isfinite": bool(torch.isfinite(loss)), "isfinite_method": loss.isfinite().item(),
@@ -50,6 +55,8 @@ out = {"rank": r, "into_view": into_view.tolist(), "in_place": in_place.tolist()
        "reduce_scattered": scattered.tolist(), "stop": bool(unfinished.max() == 0),
        "unknown_or": still_unknown.tolist(), "repr_known": repr(torch.tensor([1.5, 2.5], device="cuda")),
        "repr_grad": str(weight * 2), "repr_leaf": repr(weight), "print_loss": f"{loss}",
-       "repr_bf16": repr(torch.ones((), dtype=torch.bfloat16, device="cuda"))}
+       "repr_bf16": repr(torch.ones((), dtype=torch.bfloat16, device="cuda")),
+       "scatter_root": scatter_out.tolist() if r == 0 else None,
+       "gather_root_own": gather_out[0].tolist() if r == 0 else None}
 print("RESULT " + json.dumps(out), flush=True)
 dist.destroy_process_group()
