@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import threading
+from typing import Any
 
 import torch.distributed as dist
 
@@ -60,12 +61,27 @@ def _wrap_new_process_group_helper(c10d) -> None:
         prev = getattr(_PENDING, "value", None)
         _PENDING.value = (gid, ranks, name)
         try:
-            return original(*args, **kwargs)
+            out = original(*args, **kwargs)
         finally:
             _PENDING.value = prev
+        pg = out[0] if isinstance(out, tuple) else out
+        devices = _backend_devices(bound.arguments.get("backend"))
+        if devices and hasattr(pg, "default_devices"):        # a simulated group: the devices its backends serve
+            pg._phantora_devices = devices
+        return out
 
     _new_process_group_helper.__phantora__ = True    # type: ignore[attr-defined]
     c10d._new_process_group_helper = _new_process_group_helper
+
+
+def _backend_devices(backend: Any) -> tuple[str, ...]:
+    """The device types a backend string serves ("nccl": cuda; "gloo": cpu and cuda; "cpu:gloo,cuda:nccl": both)."""
+    if not backend:
+        return ()
+    try:
+        return tuple(dist.BackendConfig(dist.Backend(str(backend))).get_device_backend_map())
+    except (ValueError, RuntimeError, TypeError):
+        return ()
 
 
 def _wrap_new_group(c10d) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 import torch.distributed as dist
 
 from . import comm, context
@@ -52,6 +53,16 @@ class PhantoraProcessGroup(CollectivesMixin, PointToPointMixin, dist.ProcessGrou
     @property
     def group_desc(self) -> str:
         return self._group_desc
+
+    @property
+    def _device_types(self) -> list:
+        """The device types of the backends the group was made with (`init_process_group("cpu:gloo,cuda:nccl")`:
+        CPU and CUDA; "nccl": CUDA), as a real group lists its registered backends: `_get_pg_default_device`,
+        FSDP's sharded state dicts and `dcp.async_save` read them."""
+        devices = getattr(self, "_phantora_devices", None) or self.default_devices
+        return [torch.device(d) for d in devices]
+
+    default_devices = ("cpu", "cuda")
 
     def rank(self) -> int:
         return self._rank
@@ -130,6 +141,7 @@ class PhantoraNCCLGroup(PhantoraProcessGroup):
     """What `init_process_group("nccl")` / `new_group(backend="nccl")` create."""
 
     backend_label = "nccl"
+    default_devices = ("cuda",)
     Options = _NcclOptions
     NCCLConfig = _NcclConfig
 

@@ -5,22 +5,98 @@ payload as torch sends them, the objects themselves through the runtime (exchang
 
 from __future__ import annotations
 
+import io
 import pickle
 from typing import Any
 
+import torch
 import torch.distributed as dist
+from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
 from phantora.engine.ops import Op, OpKind
 
 from . import comm, context, exchange
 from .clock import METER
 from .dist_groups import PhantoraProcessGroup
+from .values import VALUES
 
 
 # ---- object collectives ---------------------------------------------------------------------------------------------
 
+class _Pickler(pickle.Pickler):
+    """Pickles an object as torch's object collectives do, with each simulated tensor in it (a fake tensor: no data)
+    as its shape, dtype, device and known value (values.py): the receiving rank rebuilds a tensor of its own with
+    them. `tensor_bytes` counts the bytes the tensors' data would add to a real pickle."""
+
+    def __init__(self, f: io.BytesIO) -> None:
+        super().__init__(f, protocol=pickle.HIGHEST_PROTOCOL)
+        self.tensor_bytes = 0
+
+    def reducer_override(self, obj: Any) -> Any:
+        if not isinstance(obj, torch.Tensor) or not isinstance(getattr(obj, "data", obj), FakeTensor):
+            return NotImplemented
+        self.tensor_bytes += obj.numel() * obj.element_size()
+        value = VALUES.get(obj)
+        known = None
+        if value is not None:
+            with unset_fake_temporarily():
+                known = value.tolist()
+        return _rebuild_tensor, (tuple(obj.shape), str(obj.dtype).removeprefix("torch."), str(obj.device),
+                                 bool(obj.requires_grad), known, isinstance(obj, torch.nn.Parameter))
+
+
+def _rebuild_tensor(shape: tuple, dtype: str, device: str, requires_grad: bool, known: Any,
+                    parameter: bool) -> torch.Tensor:
+    """A received tensor: new memory on `device` of the rank that unpickles it, with the sender's value if known."""
+    dt = getattr(torch, dtype)
+    t = torch.empty(shape, dtype=dt, device=device)
+    if known is not None:
+        with unset_fake_temporarily():
+            VALUES.set(t, torch.tensor(known, dtype=dt).reshape(shape))
+    if parameter:
+        return torch.nn.Parameter(t, requires_grad=requires_grad)
+    return t.requires_grad_(requires_grad) if requires_grad and (dt.is_floating_point or dt.is_complex) else t
+
+
+def _dumps(obj: Any) -> tuple[bytes, int]:
+    """(the pickle the runtime carries, the size a real pickle of `obj` would have)."""
+    f = io.BytesIO()
+    p = _Pickler(f)
+    p.dump(obj)
+    data = f.getvalue()
+    return data, len(data) + p.tensor_bytes
+
+
+def _portable(objs: list) -> tuple[list, int]:
+    """Each object as bytes to exchange (None where it cannot be pickled, as torch would fail there too: its
+    stand-in is then the object itself), and the largest real size."""
+    out, largest = [], 8
+    for o in objs:
+        try:
+            data, size = _dumps(o)
+        except Exception:  # noqa: BLE001 - unpicklable: sent as is (the runtime's pickler decides)
+            out.append(_Raw(o))
+            size = 64
+        else:
+            out.append(data)
+        largest = max(largest, size)
+    return out, largest
+
+
+class _Raw:
+    __slots__ = ("obj",)
+
+    def __init__(self, obj: Any) -> None:
+        self.obj = obj
+
+
+def _restore(objs: list) -> list:
+    """The objects from what `_portable` made of them (on the receiving rank)."""
+    return [o.obj if isinstance(o, _Raw) else pickle.loads(o) if isinstance(o, bytes) else o for o in objs]
+
+
 def _pickled_size(obj: Any) -> int:
     try:
-        return len(pickle.dumps(obj))
+        return _dumps(obj)[1]
     except Exception:  # noqa: BLE001 - unpicklable objects still cost something
         return 64
 
@@ -71,7 +147,8 @@ def broadcast_object_list(object_list, src=None, group=None, device=None, group_
     root = _group_root(group, src, group_src)
 
     def swap(gid, event):
-        objs = exchange.objects_broadcast(gid, list(object_list), root, event)
+        data, _ = _portable(list(object_list))
+        objs = _restore(exchange.objects_broadcast(gid, data, root, event))
         return objs, sum(_pickled_size(o) for o in objs)
 
     objs = _object_collective(group, "broadcast", 8 * len(object_list), root, swap)
@@ -82,7 +159,8 @@ def broadcast_object_list(object_list, src=None, group=None, device=None, group_
 def all_gather_object(object_list, obj, group=None):
     """object_list[i] receives group rank i's object (padded to the largest, as torch sends it)."""
     def swap(gid, event):
-        objs = exchange.objects_gather(gid, obj, event)
+        (data,), _ = _portable([obj])
+        objs = _restore(exchange.objects_gather(gid, data, event))
         return objs, max(_pickled_size(o) for o in objs)
 
     objs = _object_collective(group, "all_gather", 8, -1, swap)
@@ -95,7 +173,8 @@ def gather_object(obj, object_gather_list=None, dst=None, group=None, group_dst=
     root = _group_root(group, dst, group_dst)
 
     def swap(gid, event):
-        objs = exchange.objects_gather(gid, obj, event)
+        (data,), _ = _portable([obj])
+        objs = _restore(exchange.objects_gather(gid, data, event))
         return objs, max(_pickled_size(o) for o in objs)
 
     objs = _object_collective(group, "all_gather", 8, root, swap)
@@ -109,7 +188,8 @@ def scatter_object_list(scatter_object_output_list, scatter_object_input_list=No
     root = _group_root(group, src, group_src)
 
     def swap(gid, event):
-        objs = exchange.objects_broadcast(gid, list(scatter_object_input_list or []), root, event)
+        data, _ = _portable(list(scatter_object_input_list or []))
+        objs = _restore(exchange.objects_broadcast(gid, data, root, event))
         return objs, max([_pickled_size(o) for o in objs] or [8])
 
     objs = _object_collective(group, "broadcast", 8, root, swap)
@@ -143,11 +223,12 @@ def _object_p2p(kind: OpKind, object_list: list, peer: int, group: Any) -> None:
         comm.join(ctx, e)
         sync = Op(OpKind.SYNC_STREAM, stream=ctx.dev.stream(), cpu_delta=METER.claim())
         if kind == OpKind.SEND:
-            ctx.runtime.put_object(key, list(object_list))
+            ctx.runtime.put_object(key, _portable(list(object_list))[0])
             ctx.runtime.wait(sync)
         else:
             found, objs = ctx.runtime.take_object(key, sync)
             if found and objs is not None:
+                objs = _restore(objs)
                 object_list[:len(objs)] = objs
     finally:
         METER.exit()

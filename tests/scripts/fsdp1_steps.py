@@ -26,6 +26,9 @@ for _ in range(2):
 with FSDP.state_dict_type(model, StateDictType.FULL_STATE_DICT, FullStateDictConfig(offload_to_cpu=True,
                                                                                     rank0_only=True)):
     state = model.state_dict()
+with FSDP.state_dict_type(model, StateDictType.SHARDED_STATE_DICT):      # reads the group's device types
+    sharded = model.state_dict()
 if dist.get_rank() == 0:
     print("trained", len(state), flush=True)
+    print("sharded", len(sharded), [str(d) for d in dist.group.WORLD._device_types], flush=True)
 dist.destroy_process_group()
