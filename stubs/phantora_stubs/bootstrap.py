@@ -209,5 +209,8 @@ def install_torch(ctx: context.Context) -> None:
     from . import standins
     standins.install(when_imported)
     when_imported("torch.nn.parallel.distributed", dist_ddp.patch_ddp_module)
+    from . import saving
+    when_imported("safetensors", saving.patch_safetensors_root)
+    when_imported("safetensors.torch", saving.patch_safetensors)
     fake.patch_distributed(sys.modules["torch.distributed"])
     clock.METER.reset()
