@@ -471,3 +471,16 @@ def test_safetensors_files_of_simulated_tensors(tmp_path):
     assert res["loaded"] == {"w": [[1024, 1024], "torch.bfloat16", "cuda:0"], "b": [[1024], "torch.float32", "cuda:0"],
                              "steps": [[3], "torch.int64", "cuda:0"]}
     assert res["opened"] == {"b": [1024], "steps": [3], "w": [1024, 1024]} and res["sliced"] == [10, 1024]
+
+
+@pytest.mark.parametrize("where,weight,step", [("none", "cuda:0", "cpu"), ("cpu", "cpu", "cpu"),
+                                               ("cuda", "cuda:0", "cuda:0")])
+def test_a_checkpoint_loads_back_and_training_resumes(tmp_path, where, weight, step):
+    """torch.load of a rank's checkpoint puts each tensor where a GPU run's torch.load would (its saved device, or
+    map_location's), with the small values it had (AdamW's step count, a saved metric), and the optimizer steps on."""
+    proc = phantora_run("--cluster", "h100-1gpu", "--no-trace", "--", "python", str(SCRIPTS / "resume_checkpoint.py"),
+                        str(tmp_path / "ck.pt"), where)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (res,) = results(proc.stdout)
+    assert res["weight"] == weight and res["step"] == step and res["shape"] == [16, 16]
+    assert res["step_value"] == 1.0 and res["best"] == 0.25 and res["epoch"] == 3

@@ -3,7 +3,10 @@
 A rank's tensors are fake (docs/stubs.md): pickled as they are, they drag their fake mode along and `torch.save`
 fails (a checkpoint every N steps is in most training scripts). While `torch.save` runs, a fake tensor pickles as a
 meta tensor of its shape, strides, dtype and `requires_grad`: the file is small, holds every key and shape of the
-object, and loads anywhere (`torch.load` gives meta tensors). What a real save costs the GPU is kept: PyTorch copies
+object, and loads anywhere (`torch.load` gives meta tensors). Each also carries the device it was on and, for a small
+tensor, its known value: `torch.load` in a simulated rank gives tensors of their shapes on their devices (or
+`map_location`'s), with those values, each loaded to the host and copied to its GPU as a real load does. What a real
+save costs the GPU is kept: PyTorch copies
 each CUDA storage to the host before writing it, so each device storage saved is copied to the host once, a blocking
 device-to-host copy on the cluster's PCIe link (its first tensor's bytes: a state dict's tensors own their storages).
 Writing the file is not simulated: it takes no simulated time beyond the Python that runs.
@@ -19,6 +22,7 @@ whichever run wrote the file.
 
 from __future__ import annotations
 
+import copy
 import functools
 import json
 import sys
@@ -26,10 +30,11 @@ import threading
 from typing import Any
 
 import torch
-from torch._subclasses.fake_tensor import FakeTensor
+from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
 from torch.utils._python_dispatch import _disable_current_modes
 
 from .clock import METER
+from .values import VALUES
 
 _SAVING = threading.local()      # the storages copied by the save in progress on this thread (None: no save)
 
@@ -50,13 +55,68 @@ def _reduce_fake(self: FakeTensor, protocol: int) -> Any:
             self.detach().cpu()                  # the device-to-host copy torch.save makes of the storage
     METER.enter()
     try:
+        value = VALUES.get(self)
         with _disable_current_modes():
             meta = torch.empty_strided(tuple(self.shape), tuple(self.stride()), dtype=self.dtype, device="meta")
             if self.requires_grad:
                 meta.requires_grad_(True)
+            meta._phantora_device = str(self.device)                   # what torch.load in a rank restores
+            if value is not None:
+                meta._phantora_value = value.tolist()
     finally:
         METER.exit()
     return meta.__reduce_ex__(protocol)
+
+
+def _target(saved: str, map_location: Any) -> str:
+    """The device torch.load puts a tensor saved on `saved` on (map_location a device, a string or a dict of them;
+    a callable is not called: the saved device)."""
+    if map_location is None or callable(map_location):
+        return saved
+    if isinstance(map_location, dict):
+        return str(map_location.get(saved, saved))
+    return str(map_location)
+
+
+def _materialize(obj: Any, map_location: Any, seen: dict) -> Any:
+    """`obj` with each meta tensor that a rank's torch.save wrote (it carries its saved device) made a tensor of its
+    shape on its device, with its saved value where it had a known one; containers rebuilt, other objects as they
+    are."""
+    if isinstance(obj, torch.Tensor):
+        device = getattr(obj, "_phantora_device", None)
+        if device is None or obj.device.type != "meta":
+            return obj
+        if id(obj) in seen:
+            return seen[id(obj)]
+        target = _target(device, map_location)
+        host = torch.empty_strided(tuple(obj.shape), tuple(obj.stride()), dtype=obj.dtype, device="cpu")
+        value = getattr(obj, "_phantora_value", None)
+        if value is not None:
+            with unset_fake_temporarily():
+                VALUES.set(host, torch.tensor(value, dtype=obj.dtype).reshape(tuple(obj.shape)))
+        t = host if torch.device(target).type == "cpu" else host.to(target)    # loaded to the host, then copied
+        if isinstance(obj, torch.nn.Parameter):
+            t = torch.nn.Parameter(t, requires_grad=obj.requires_grad)
+        elif obj.requires_grad:
+            t.requires_grad_(True)
+        seen[id(obj)] = t
+        return t
+    if isinstance(obj, dict):
+        out = {k: _materialize(v, map_location, seen) for k, v in obj.items()}
+        if type(obj) is dict:
+            return out
+        try:
+            rebuilt = copy.copy(obj)
+            rebuilt.clear()
+            rebuilt.update(out)
+            return rebuilt
+        except Exception:  # noqa: BLE001 - a mapping that cannot be rebuilt: as it is
+            return obj
+    if isinstance(obj, list):
+        return [_materialize(v, map_location, seen) for v in obj]
+    if isinstance(obj, tuple) and not hasattr(obj, "_fields"):
+        return tuple(_materialize(v, map_location, seen) for v in obj)
+    return obj
 
 
 def install() -> None:
@@ -87,6 +147,17 @@ def install() -> None:
     save.__phantora__ = True       # type: ignore[attr-defined]
     serialization.save = save
     torch.save = save
+
+    original_load = serialization.load
+
+    @functools.wraps(original_load)
+    def load(f: Any, map_location: Any = None, *args: Any, **kwargs: Any) -> Any:
+        obj = original_load(f, map_location, *args, **kwargs)
+        return _materialize(obj, map_location, {})
+
+    load.__phantora__ = True       # type: ignore[attr-defined]
+    serialization.load = load
+    torch.load = load
 
 
 # ---- safetensors ---------------------------------------------------------------------------------------------------
