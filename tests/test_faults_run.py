@@ -238,7 +238,8 @@ def _line_of(path: str, text: str) -> int:
 
 def test_hang_report_shows_where_the_silent_rank_is(tmp_path):
     trace = tmp_path / "hang.h5"
-    proc = phantora_run("--gpus-per-node", "2", "--hang-timeout", "10", "--trace", str(trace), "--", "python", FAIL,
+    # 30 s: a rank still importing torch on a loaded machine must not be taken for the hang (10 s was, once)
+    proc = phantora_run("--gpus-per-node", "2", "--hang-timeout", "30", "--trace", str(trace), "--", "python", FAIL,
                         "--mode", "hang")
     assert proc.returncode == 1
     loop = {_line_of(FAIL, "while True:"), _line_of(FAIL, "sum(range(10000))")}
