@@ -155,3 +155,30 @@ def test_cached_estimate_speed(benchmark):
 
     benchmark(run)
     assert len(model._cache) == len(sigs)
+
+
+def test_a_copy_across_the_host_link_takes_the_link_s_time_whatever_a_profile_says(tmp_path):
+    """A profile times a signature within one GPU, where a host-device copy runs as a copy in HBM: a 1 GiB download
+    is costed at no more than the PCIe link's nominal rate (each element crossing once) even when the profile holds
+    its signature at HBM speed, and pageable host memory is slower than pinned by the share measured on an H200
+    host (groundtruth/hostcpu/copies-h200.json)."""
+    import json
+    from pathlib import Path
+
+    from phantora.costmodel.signature import Signature
+
+    n = 1 << 28
+    def link(*extra):
+        return Signature("aten.copy_.default", ((n,), (n,)), ("float32", "float32"), ((1,), (1,)),
+                         (("xfer", "d2h"),) + extra)
+    db = ProfileDB.create(tmp_path / "p.h5", gpu=H100.name)
+    db.add(link(), [400.0])                                  # 1 GiB at HBM speed: what a profile would hold
+    model = CostModel(H100, db)
+    pinned, pageable = model.estimate(link()), model.estimate(link(("pageable", True)))
+    assert pinned.source == CostSource.ROOFLINE
+    assert pinned.duration_s >= 4 * n / (H100.pcie_gbyte_per_s * 1e9)
+    measured = json.loads((Path(__file__).resolve().parent.parent / "groundtruth" / "hostcpu" /
+                           "copies-h200.json").read_text())["copies"]
+    rate = {r["pinned"]: r["gbps"] for r in measured
+            if r["direction"] == "d2h" and r["bytes"] == 1 << 30 and not r["non_blocking"]}
+    assert pageable.duration_s / pinned.duration_s == pytest.approx(rate[True] / rate[False], rel=0.1)

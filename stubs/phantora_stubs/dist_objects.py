@@ -11,13 +11,12 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
 from phantora.engine.ops import Op, OpKind
 
 from . import comm, context, exchange
 from .clock import METER
 from .dist_groups import PhantoraProcessGroup
-from .values import VALUES
+from .values import VALUES, simulated
 
 
 # ---- object collectives ---------------------------------------------------------------------------------------------
@@ -32,16 +31,11 @@ class _Pickler(pickle.Pickler):
         self.tensor_bytes = 0
 
     def reducer_override(self, obj: Any) -> Any:
-        if not isinstance(obj, torch.Tensor) or not isinstance(getattr(obj, "data", obj), FakeTensor):
+        if not simulated(obj):
             return NotImplemented
         self.tensor_bytes += obj.numel() * obj.element_size()
-        value = VALUES.get(obj)
-        known = None
-        if value is not None:
-            with unset_fake_temporarily():
-                known = value.tolist()
         return _rebuild_tensor, (tuple(obj.shape), str(obj.dtype).removeprefix("torch."), str(obj.device),
-                                 bool(obj.requires_grad), known, isinstance(obj, torch.nn.Parameter))
+                                 bool(obj.requires_grad), VALUES.as_list(obj), isinstance(obj, torch.nn.Parameter))
 
 
 def _rebuild_tensor(shape: tuple, dtype: str, device: str, requires_grad: bool, known: Any,
@@ -50,8 +44,7 @@ def _rebuild_tensor(shape: tuple, dtype: str, device: str, requires_grad: bool, 
     dt = getattr(torch, dtype)
     t = torch.empty(shape, dtype=dt, device=device)
     if known is not None:
-        with unset_fake_temporarily():
-            VALUES.set(t, torch.tensor(known, dtype=dt).reshape(shape))
+        VALUES.set_from_list(t, known)
     if parameter:
         return torch.nn.Parameter(t, requires_grad=requires_grad)
     return t.requires_grad_(requires_grad) if requires_grad and (dt.is_floating_point or dt.is_complex) else t

@@ -49,7 +49,7 @@ from .compiled import SILENT
 from .clock import REAL as _REAL_CLOCKS
 from .errors import UnsupportedOpError, user_location
 from .routes import ROUTES
-from .values import VALUES, placeholder_scalar
+from .values import VALUES, placeholder_scalar, storage_key
 
 # op categories (cached per op overload)
 VIEW, KERNEL, COPY, ITEM, DD_SCALAR, DD_SHAPE, FCOLL, FWAIT, PASS, SDPA, HOP, PIN, INDEX = range(13)
@@ -614,7 +614,7 @@ class Interceptor(TorchDispatchMode):
 
     def _mark_pinned(self, t: torch.Tensor) -> None:
         self._pinned[t] = True
-        key = _storage_key(t)
+        key = storage_key(t)
         if key:
             if len(self._pinned_storages) >= 4096:        # forget the storages of tensors that died
                 self._pinned_storages = {k: r for k, r in self._pinned_storages.items() if r() is not None}
@@ -625,10 +625,10 @@ class Interceptor(TorchDispatchMode):
         as CUDA's pointer check answers), while that tensor lives."""
         if t in self._pinned:
             return True
-        key = _storage_key(t)
+        key = storage_key(t)
         ref = self._pinned_storages.get(key) if key else None
         owner = ref() if ref is not None else None
-        return owner is not None and _storage_key(owner) == key
+        return owner is not None and storage_key(owner) == key
 
     # -- functional collectives ---------------------------------------------------------------------------------
     def _functional_collective(self, func, args, kwargs):
@@ -754,14 +754,6 @@ class _CountProbe(Interceptor):
 
     def _dispatch(self, func, args, kwargs):
         return func(*args, **kwargs)
-
-
-def _storage_key(t: torch.Tensor) -> int:
-    """The identity of a tensor's storage, shared by its views and `.data` (0 where it has none)."""
-    try:
-        return t.untyped_storage()._cdata
-    except (RuntimeError, NotImplementedError, AttributeError):
-        return 0
 
 
 def calibrate_dispatch_counts(n: int = 64) -> tuple[int, int, int]:

@@ -30,39 +30,32 @@ import threading
 from typing import Any
 
 import torch
-from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
+from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils._python_dispatch import _disable_current_modes
 
 from .clock import METER
-from .values import VALUES
+from .values import VALUES, simulated, storage_key
 
 _SAVING = threading.local()      # the storages copied by the save in progress on this thread (None: no save)
-
-
-def _storage_key(t: torch.Tensor) -> int:
-    try:
-        return t.untyped_storage()._cdata
-    except Exception:  # noqa: BLE001 - a tensor without a storage of its own: count it alone
-        return id(t)
 
 
 def _reduce_fake(self: FakeTensor, protocol: int) -> Any:
     copied = getattr(_SAVING, "storages", None)
     if copied is not None and self.device.type == "cuda":
-        key = _storage_key(self)
+        key = storage_key(self) or id(self)     # a tensor without a storage of its own: alone
         if key not in copied:
             copied.add(key)
             self.detach().cpu()                  # the device-to-host copy torch.save makes of the storage
     METER.enter()
     try:
-        value = VALUES.get(self)
+        value = VALUES.as_list(self)
         with _disable_current_modes():
             meta = torch.empty_strided(tuple(self.shape), tuple(self.stride()), dtype=self.dtype, device="meta")
             if self.requires_grad:
                 meta.requires_grad_(True)
             meta._phantora_device = str(self.device)                   # what torch.load in a rank restores
             if value is not None:
-                meta._phantora_value = value.tolist()
+                meta._phantora_value = value
     finally:
         METER.exit()
     return meta.__reduce_ex__(protocol)
@@ -92,8 +85,7 @@ def _materialize(obj: Any, map_location: Any, seen: dict) -> Any:
         host = torch.empty_strided(tuple(obj.shape), tuple(obj.stride()), dtype=obj.dtype, device="cpu")
         value = getattr(obj, "_phantora_value", None)
         if value is not None:
-            with unset_fake_temporarily():
-                VALUES.set(host, torch.tensor(value, dtype=obj.dtype).reshape(tuple(obj.shape)))
+            VALUES.set_from_list(host, value)
         t = host if torch.device(target).type == "cpu" else host.to(target)    # loaded to the host, then copied
         if isinstance(obj, torch.nn.Parameter):
             t = torch.nn.Parameter(t, requires_grad=obj.requires_grad)
@@ -169,10 +161,6 @@ _SAFETENSORS_DTYPES = {
 }
 
 
-def _is_fake(t: Any) -> bool:
-    return isinstance(t, torch.Tensor) and isinstance(getattr(t, "data", t), FakeTensor)
-
-
 def _safetensors_header(tensors: dict, metadata: dict | None) -> tuple[bytes, int]:
     """The safetensors header of `tensors` (its JSON padded to 8 bytes, with its length first) and the data bytes."""
     header: dict[str, Any] = {}
@@ -195,7 +183,7 @@ def _safetensors_header(tensors: dict, metadata: dict | None) -> tuple[bytes, in
 def _copy_to_host(tensors: dict) -> None:
     """The device-to-host copies a real safetensors save makes of its CUDA tensors."""
     for t in tensors.values():
-        if _is_fake(t) and t.device.type == "cuda":
+        if simulated(t) and t.device.type == "cuda":
             t.detach().to("cpu")
 
 
@@ -207,7 +195,7 @@ def patch_safetensors(module: Any) -> None:
 
     @functools.wraps(original_file)
     def save_file(tensors: dict, filename: Any, metadata: dict | None = None) -> None:
-        if not any(_is_fake(t) for t in tensors.values()):
+        if not any(simulated(t) for t in tensors.values()):
             return original_file(tensors, filename, metadata=metadata)
         module._evaluate_tensors_for_save(tensors)       # safetensors' own checks (shared, sparse tensors)
         header, nbytes = _safetensors_header(tensors, metadata)
@@ -219,7 +207,7 @@ def patch_safetensors(module: Any) -> None:
 
     @functools.wraps(original_bytes)
     def save(tensors: dict, metadata: dict | None = None) -> bytes:
-        if not any(_is_fake(t) for t in tensors.values()):
+        if not any(simulated(t) for t in tensors.values()):
             return original_bytes(tensors, metadata=metadata)
         module._evaluate_tensors_for_save(tensors)
         header, nbytes = _safetensors_header(tensors, metadata)

@@ -34,6 +34,19 @@ SMALL_INT_NUMEL = 4096
 that ZeRO-3 broadcasts and compares), not model data: their values are kept up to this many elements."""
 
 
+def simulated(t: Any) -> bool:
+    """Whether `t` is a tensor of the simulation (a fake tensor, or a Parameter around one)."""
+    return isinstance(t, torch.Tensor) and isinstance(getattr(t, "data", t), FakeTensor)
+
+
+def storage_key(t: torch.Tensor) -> int:
+    """The identity of a tensor's storage, shared by its views and `.data` (0 where it has none)."""
+    try:
+        return t.untyped_storage()._cdata
+    except (RuntimeError, NotImplementedError, AttributeError):
+        return 0
+
+
 def small_enough(t: torch.Tensor) -> bool:
     """Whether a tensor is small enough for its value to be kept (`SMALL_NUMEL`, `SMALL_INT_NUMEL` for integers)."""
     n = t.numel()
@@ -106,6 +119,19 @@ class ValueTable:
         self.table[fake] = real
         if shared:
             self._note(real)
+
+    def as_list(self, t: torch.Tensor) -> Any:
+        """`t`'s known value as nested Python lists (to travel in a pickle or a file), or None."""
+        value = self.table.get(t) if isinstance(t, FakeTensor) else None
+        if value is None:
+            return None
+        with unset_fake_temporarily():
+            return value.tolist()
+
+    def set_from_list(self, t: torch.Tensor, known: Any) -> None:
+        """`t`'s value is `known` (what `as_list` gave, on another rank or in another run)."""
+        with unset_fake_temporarily():
+            self.set(t, torch.tensor(known, dtype=t.dtype).reshape(tuple(t.shape)))
 
     def write(self, fake: torch.Tensor, real: torch.Tensor) -> None:
         """`fake` now holds `real` (a collective's result): written into its known value where it has one, so that

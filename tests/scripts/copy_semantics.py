@@ -7,36 +7,34 @@ import time
 
 import torch
 
+def timed(dst, src, nb, before=None):
+    """(seconds until copy_ returned, until the GPU was done), from after `before` (work queued first) returned."""
+    torch.cuda.synchronize()
+    if before is not None:
+        before()
+    t0 = time.perf_counter()
+    dst.copy_(src, non_blocking=nb)
+    t1 = time.perf_counter()
+    torch.cuda.synchronize()
+    return [t1 - t0, time.perf_counter() - t0]
+
+
+def label(pinned, nb):
+    return f"{'pinned' if pinned else 'pageable'}_{'nb' if nb else 'blocking'}"
+
+
 n = 256 * 2**20                                       # 1 GiB of fp32
 gpu = torch.empty(n, device="cuda")
-out = {}
-for pinned in (True, False):
-    host = torch.empty(n, pin_memory=pinned)
-    for direction in ("h2d", "d2h"):
-        dst, src = (gpu, host) if direction == "h2d" else (host, gpu)
-        for nb in (False, True):
-            torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            dst.copy_(src, non_blocking=nb)
-            t1 = time.perf_counter()
-            torch.cuda.synchronize()
-            t2 = time.perf_counter()
-            out[f"{direction}_{'pinned' if pinned else 'pageable'}_{'nb' if nb else 'blocking'}"] = [t1 - t0, t2 - t0]
 a = torch.empty(8192, 8192, device="cuda", dtype=torch.bfloat16)
 dev_small = torch.empty(2**18, device="cuda")
+out = {}
 for pinned in (True, False):
-    host = torch.empty(2**18, pin_memory=pinned)
+    host, small_host = torch.empty(n, pin_memory=pinned), torch.empty(2**18, pin_memory=pinned)
     for nb in (False, True):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(20):
-            a @ a
-        t1 = time.perf_counter()
-        dev_small.copy_(host, non_blocking=nb)
-        t2 = time.perf_counter()
-        torch.cuda.synchronize()
-        t3 = time.perf_counter()
-        out[f"busy_h2d_{'pinned' if pinned else 'pageable'}_{'nb' if nb else 'blocking'}"] = [t2 - t1, t3 - t1]
+        out[f"h2d_{label(pinned, nb)}"] = timed(gpu, host, nb)
+        out[f"d2h_{label(pinned, nb)}"] = timed(host, gpu, nb)
+        # behind a busy stream: 20 GEMMs queued first
+        out[f"busy_h2d_{label(pinned, nb)}"] = timed(dev_small, small_host, nb, lambda: [a @ a for _ in range(20)])
 big = torch.empty(1 << 20, pin_memory=True)         # views and .data of pinned memory are pinned (one storage)
 out["pinned_views"] = [big[10:20].is_pinned(), big.data.is_pinned(), big.view(2, -1).is_pinned(),
                        torch.empty(4).is_pinned()]
