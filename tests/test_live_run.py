@@ -484,3 +484,27 @@ def test_a_checkpoint_loads_back_and_training_resumes(tmp_path, where, weight, s
     (res,) = results(proc.stdout)
     assert res["weight"] == weight and res["step"] == step and res["shape"] == [16, 16]
     assert res["step_value"] == 1.0 and res["best"] == 0.25 and res["epoch"] == 3
+
+
+def test_datasets_of_the_rank_s_tensors_and_shuffled_samplers_give_the_batches_plain_pytorch_gives():
+    """Workers (forked and spawned) read a dataset the rank built from its own tensors, and a shuffled
+    DistributedSampler picks from 10,000 samples: each rank receives what plain PyTorch gives the same rank, values
+    included, and the CPU generator is left where PyTorch leaves it. A forked worker that touches a GPU tensor fails
+    with CUDA's own error (torch/cuda/__init__.py, `_lazy_init`)."""
+    script = str(ROOT / "tests" / "scripts" / "dataloader_datasets.py")
+    proc = phantora_run("--gpus-per-node", "2", "--no-trace", "--hang-timeout", "120", "--", "python", script, "cuda")
+    assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
+    got = {}
+    for line in proc.stdout.splitlines():
+        if "RESULT " in line:
+            got[int(line.split("[rank", 1)[1].split("]", 1)[0])] = json.loads(line.split("RESULT ", 1)[1])
+    assert sorted(got) == [0, 1]
+    for rank in (0, 1):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PHANTORA")}
+        env.update(RANK=str(rank), WORLD_SIZE="2")
+        plain = subprocess.run([sys.executable, script], capture_output=True, text=True, timeout=300, env=env)
+        assert plain.returncode == 0, plain.stderr[-3000:]
+        want = json.loads(plain.stdout.split("RESULT ", 1)[1])
+        assert "Cannot re-initialize CUDA in forked subprocess" in got[rank].pop("cuda")
+        assert got[rank] == want
+    assert got[0]["sampled"] != got[1]["sampled"]          # the ranks read different samples

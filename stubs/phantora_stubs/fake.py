@@ -25,7 +25,8 @@ for the rest of the program. Then it applies:
   (`torch.tensor` of a list, `Tensor.tolist()`: conversions.py);
 - an `OpKind.ITER_MARK` after every outermost optimizer step (global optimizer step pre/post hooks; an optimizer
   container stepping inner optimizers marks once);
-- a fork handler: a forked child (DataLoader worker) leaves the fake mode and produces real tensors.
+- a fork handler: a forked child (DataLoader worker) leaves the fake mode and produces real tensors, reading the
+  rank's fake ones as their known values or zeros (forked_children.py).
 """
 
 from __future__ import annotations
@@ -40,9 +41,9 @@ from typing import Any
 import torch
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode, unset_fake_temporarily
 
-from . import conversions, saving, thread_waits, torch_profiler
+from . import conversions, forked_children, saving, thread_waits, torch_profiler
 from .clock import METER, unmetered
-from .values import VALUES, small_enough
+from .values import VALUES, small_buffer
 
 _PATCHED: dict[str, Any] = {}
 
@@ -274,7 +275,7 @@ def _install_isfinite() -> None:
 
     def assume_finite(x, out):
         if isinstance(out, FakeTensor) and isinstance(x, FakeTensor) and not VALUES.has_value(x) \
-                and small_enough(out) and out.device.type != "meta":
+                and small_buffer(out) and out.device.type != "meta":
             with unset_fake_temporarily():
                 VALUES.set(out, torch.ones(tuple(out.shape), dtype=torch.bool))
         return out
@@ -579,6 +580,7 @@ def _leave_fake_in_child(ctx) -> None:
     except Exception:  # noqa: BLE001 - nothing sensible to do in a child
         pass
     ctx.extras["forked_child"] = True
+    forked_children.enter_in_child()            # the rank's fake tensors read as their values (or zeros) there
 
 
 def _install_scalar_read_kernel(ctx) -> None:
@@ -657,6 +659,7 @@ def install(ctx) -> None:
     from .bootstrap import when_imported
     when_imported("torch.distributed.tensor._sharding_prop", patch_sharding_propagation)
     when_imported("torch.multiprocessing.reductions", patch_tensor_receiving)
+    when_imported("torch.multiprocessing.reductions", forked_children.patch_sending)
     _mark_cuda_initialized()
     mode = make_fake_mode()
     ictp = interceptor.Interceptor(ctx)

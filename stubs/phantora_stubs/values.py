@@ -1,8 +1,8 @@
 """Real values of small tensors that came from host data, and placeholders for everything else.
 
 Fake tensors have no data. A side table (weak-keyed by the fake tensor) keeps a real CPU copy of the value of small
-tensors (at most `SMALL_NUMEL` elements; integer and bool tensors up to `SMALL_INT_NUMEL`) whose value is known on
-the host:
+tensors (at most `SMALL_NUMEL` elements; integer and bool tensors up to `SMALL_INT_NUMEL`, on the host up to
+`HOST_INT_NUMEL`) whose value is known on the host:
 - tensors made from host data (`torch.tensor([3.5])`, `torch.full((1,), 2.0)`, `torch.arange(4)`...), including
   small random tensors (`torch.randint(0, 10, (1,))`: drawn from the CPU generator);
 - results of any op all of whose tensor inputs have a known value (elementwise ops, reductions, copies between
@@ -32,6 +32,10 @@ SMALL_NUMEL = 64
 SMALL_INT_NUMEL = 4096
 """Integer and bool tensors carry metadata (ids, sizes, counts, index lists such as DeepSpeed's parameter-id lists
 that ZeRO-3 broadcasts and compares), not model data: their values are kept up to this many elements."""
+HOST_INT_NUMEL = 1 << 24
+"""Integer and bool tensors on the host hold index data: a sampler's permutation of a dataset's samples
+(`torch.randperm(len(dataset))`), token ids. Their values are kept up to this many elements (128 MiB as int64), so
+that the batches a shuffled DataLoader or a DistributedSampler picks are the ones a GPU host picks."""
 
 
 def simulated(t: Any) -> bool:
@@ -48,7 +52,19 @@ def storage_key(t: torch.Tensor) -> int:
 
 
 def small_enough(t: torch.Tensor) -> bool:
-    """Whether a tensor is small enough for its value to be kept (`SMALL_NUMEL`, `SMALL_INT_NUMEL` for integers)."""
+    """Whether a tensor is small enough for a value computed from known ones to be kept (`SMALL_NUMEL`;
+    `SMALL_INT_NUMEL` for integers, `HOST_INT_NUMEL` for integers on the host)."""
+    n = t.numel()
+    if n <= SMALL_NUMEL:
+        return True
+    if t.dtype.is_floating_point or t.dtype.is_complex:
+        return False
+    return n <= SMALL_INT_NUMEL or (n <= HOST_INT_NUMEL and t.device.type == "cpu")
+
+
+def small_buffer(t: torch.Tensor) -> bool:
+    """Whether a tensor is small enough to be given a placeholder value (a new buffer's zeros, `isfinite`'s True):
+    `SMALL_NUMEL`, `SMALL_INT_NUMEL` for integers, wherever it lives."""
     n = t.numel()
     if n <= SMALL_NUMEL:
         return True
@@ -216,7 +232,7 @@ class ValueTable:
         ROUTES.after_op(packet, args, kwargs, out, self)
         if packet in _UNINITIALIZED:
             for o in pytree.tree_leaves(out):
-                if isinstance(o, FakeTensor) and small_enough(o) and o.device.type != "meta":
+                if isinstance(o, FakeTensor) and small_buffer(o) and o.device.type != "meta":
                     with unset_fake_temporarily():
                         self.table[o] = torch.zeros(tuple(o.shape), dtype=o.dtype, device="cpu")
             return
