@@ -59,6 +59,14 @@ PAGEABLE_SHARE = {"h2d-pageable": 0.39, "d2h-pageable": 0.30}
 share of the pinned rate: measured on an H200 host with 1 GiB copies (`python -m phantora.probes.copyprobe`;
 groundtruth/hostcpu/copies-h200.json: pinned 55.0 / 55.3 GB/s, pageable 21.4 to the GPU, 16.3 from it)."""
 
+BLOCK_STEP_S = 0.414e-6
+BLOCK_FIXED_S = 5.0e-6
+"""A kernel that gives each channel one thread block (`Work.blocks`, `Work.block_steps`: SyncBatchNorm's NCHW
+statistics and backward reductions) is bound by the steps its threads take in sequence, each a load from DRAM whose
+latency few blocks cannot hide: `waves x steps x BLOCK_STEP_S + BLOCK_FIXED_S` at least, a wave being as many blocks
+as the SMs hold (2,048 threads each). Fitted on an H200 to the reductions of inputs larger than its L2
+(groundtruth/syncbn/: 406-443 ns a step over 224 to 800 steps, dtype alike); the H200's figures stand for every GPU."""
+
 
 @dataclass(frozen=True)
 class EfficiencyTable:
@@ -287,6 +295,9 @@ class RooflineModel:
         f = w.kernel_flops
         tc = (f + e.w0_flops) / (self.peak(w) * e.compute) if f > 0 else 0.0
         tm = (w.nbytes + e.b0_bytes) / (self._bw * e.memory) if w.nbytes > 0 else 0.0
+        if w.blocks:
+            waves = -(-w.blocks // (self.gpu.sm_count * (2048 // w.block_threads)))
+            tm = max(tm, waves * w.block_steps * BLOCK_STEP_S + BLOCK_FIXED_S)
         return max(tc, tm) + lat
 
     def cost_of(self, w: Work) -> Cost:

@@ -138,6 +138,7 @@ _DROP_ARGS: dict[str, tuple[str, ...]] = {
     "fill_": ("value",),
     "masked_fill": ("value",),
     "masked_fill_": ("value",),
+    "batch_norm_gather_stats": ("count",),          # elements per rank: a value, the kernel's work is [world, C]
 }
 _COPY_OPS = frozenset({"copy_", "_to_copy", "_copy_from", "_copy_from_and_resize", "to"})
 

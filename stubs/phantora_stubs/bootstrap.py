@@ -11,7 +11,8 @@
    PHANTORA_FAKE_CUDA=cpu-only (its guard then replaces the real one right after `import torch`), so that a rank
    never touches the real GPU;
 6. arranges that, as soon as `torch` has been imported, the torch-side pieces are installed: torch.cuda stand-ins,
-   the global fake mode and the interceptor, the torch.distributed backend, the post-import patches of
+   the global fake mode and the interceptor, the Meta kernels of SyncBatchNorm's CUDA statistics ops
+   (syncbn_ops.py), the torch.distributed backend, the post-import patches of
    DeviceMesh, flex attention and torch.distributed.set_timeout, and the framework stand-ins' import hooks
    (standins/).
 
@@ -203,6 +204,8 @@ def install_torch(ctx: context.Context) -> None:
     ctx.groups = GroupRegistry(ctx.runtime, ctx.dev)
     cuda_install.install(ctx)
     fake.install(ctx)
+    from . import syncbn_ops
+    ctx.extras["syncbn_ops"] = syncbn_ops.install()    # SyncBatchNorm's CUDA statistics kernels on fake tensors
     dist_install.install(ctx)
     when_imported("torch.distributed.device_mesh", fake.patch_device_mesh)
     when_imported("torch.nn.attention.flex_attention", fake.patch_flex_attention)

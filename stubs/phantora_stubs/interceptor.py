@@ -43,7 +43,7 @@ from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.weak import WeakIdKeyDictionary
 
-from . import alltoall, comm, cuda_checks, exchange, host_compute
+from . import alltoall, comm, cuda_checks, exchange, host_compute, syncbn_ops
 from .clock import METER
 from .compiled import SILENT
 from .clock import REAL as _REAL_CLOCKS
@@ -375,7 +375,9 @@ class Interceptor(TorchDispatchMode):
             self._emit_kernel(func, args, kwargs, device, mem)
         else:
             self._host_compute(func, _tensors((args, kwargs)), outs)
-        VALUES.after_op(func, _packet_name(func), args, kwargs, out)
+        VALUES.after_op(func, name, args, kwargs, out)
+        if name in syncbn_ops.UPDATES_RUNNING_STATS:
+            syncbn_ops.forget_running_stats(name, args, kwargs)   # written in place, undeclared by the schema
         return out
 
     def _host_compute(self, func, inputs: list[torch.Tensor], outputs: list[torch.Tensor],

@@ -39,7 +39,11 @@ _NORM_OPS = frozenset({"native_layer_norm", "native_layer_norm_backward", "_fuse
                        "native_batch_norm_backward", "_native_batch_norm_legit",
                        "_native_batch_norm_legit_functional", "_native_batch_norm_legit_no_training",
                        "native_group_norm", "native_group_norm_backward", "cudnn_batch_norm",
-                       "cudnn_batch_norm_backward", "group_norm", "batch_norm"})
+                       "cudnn_batch_norm_backward", "group_norm", "batch_norm",
+                       # SyncBatchNorm's kernels (norm.py, _SYNC_BN)
+                       "batch_norm_stats", "batch_norm_gather_stats", "batch_norm_gather_stats_with_counts",
+                       "batch_norm_elemt", "batch_norm_backward_reduce", "batch_norm_backward_elemt",
+                       "batch_norm_update_stats"})
 _SOFTMAX_OPS = frozenset({"_softmax", "_log_softmax", "_softmax_backward_data", "_log_softmax_backward_data",
                           "softmax", "log_softmax", "_safe_softmax"})
 _EMBEDDING_OPS = frozenset({"embedding", "embedding_dense_backward", "embedding_backward", "_embedding_bag",

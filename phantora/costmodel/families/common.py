@@ -51,6 +51,9 @@ class Work:
     op: str = ""               # op packet name ("mm", "_softmax"): efficiency tables may refine a family per op
     variant: str = ""          # sub-case with its own efficiency, e.g. "broadcast" for elementwise ops
     exec_flops: float = -1.0   # FLOPs the kernel really executes when more than `flops` (-1: same)
+    blocks: int = 0            # > 0: one thread block per channel, bound by its threads' serial steps (roofline.py,
+    block_steps: float = 0.0   # BLOCK_STEP_S): the blocks, each thread's steps, the threads of a block
+    block_threads: int = 512
 
     @property
     def kernel_flops(self) -> float:

@@ -1,9 +1,11 @@
-"""Row normalisations: layer / RMS / batch / group norm (forward and backward) and softmax / log-softmax."""
+"""Row normalisations: layer / RMS / batch / group norm (forward and backward), SyncBatchNorm's statistics kernels,
+and softmax / log-softmax."""
 
 from __future__ import annotations
 
 from ..signature import Signature
-from .common import NORM, OTHER, SOFTMAX, Work, _bytes_in, _first_tensor, _other, _packet, itemsize, numel
+from .common import (NORM, OTHER, SOFTMAX, Work, _bytes_in, _first_tensor, _other, _packet, itemsize, numel,
+                     touched)
 
 
 # Norm ops: (input slot, flops per element, extra output per row in fp32 words, grad-of-input written)
@@ -16,6 +18,8 @@ _NORM_RULES = {
 
 def _norm(sig: Signature, family: str) -> Work:
     _, name, _ = _packet(sig.op)
+    if name in _SYNC_BN:
+        return _sync_bn(sig, name)
     slot, fpe, per_row = _NORM_RULES.get(name, (0, 8, 2))
     x = sig.tensor(slot)
     if x is None:
@@ -32,6 +36,103 @@ def _norm(sig: Signature, family: str) -> Work:
         w_n = numel(tuple(norm_shape)) if norm_shape else 0
         out += w_n * 4 * sum(1 for m in mask[1:] if m)
     return Work(NORM, float(fpe * n), _bytes_in(sig) + out)
+
+
+# SyncBatchNorm's CUDA kernels (aten/src/ATen/native/cuda/Normalization.cu{,h}), costed as memory-bound kernels:
+# FLOPs per element of the input (or per gathered statistic) and the bytes each must read and write. The statistics
+# are the input's accumulate type (fp32 for half inputs); the channel dimension is dim 1.
+_SYNC_BN = frozenset({"batch_norm_stats", "batch_norm_update_stats", "batch_norm_gather_stats",
+                      "batch_norm_gather_stats_with_counts", "batch_norm_elemt", "batch_norm_backward_reduce",
+                      "batch_norm_backward_elemt"})
+
+
+def _acc(dtype: str) -> str:
+    return "float32" if dtype in ("float16", "bfloat16") else dtype
+
+
+def _stored(sig: Signature, slot: int) -> float:
+    """Bytes argument `slot` holds (0 where it is no tensor, an absent optional)."""
+    x = sig.tensor(slot)
+    return float(touched(x[0], x[2]) * itemsize(x[1])) if x is not None else 0.0
+
+
+def _threads(n: int) -> int:
+    """CUDA's `getNumThreads` (Normalization.cuh): threads along a row of `n` elements."""
+    for t in (32, 64, 128, 256):
+        if n <= t:
+            return t
+    return 512
+
+
+def _per_channel_blocks(x: tuple) -> dict:
+    """The launch of an NCHW per-channel reduction (Normalization.cuh: `batch_norm_collect_statistics_kernel`,
+    `batch_norm_backward_reduce_kernel`): one block per channel of `getNumThreads(HW)` x 512 / that threads, each
+    thread stepping through its share of the batch and of the spatial elements. Inputs that CUDA's channels-last
+    kernels take (`batch_norm_use_channels_last_kernels`: channels-last, or a channel stride of 1, as a 2-D input
+    has) spread the work over many blocks instead: no bound."""
+    shape, _, strides = x
+    if len(shape) < 3:
+        return {}
+    contiguous = []
+    acc = 1
+    for d in reversed(shape):
+        contiguous.append(acc)
+        acc *= d
+    if strides is not None and tuple(strides) != tuple(reversed(contiguous)):
+        return {}
+    n, c = shape[0], shape[1]
+    hw = numel(shape[2:])
+    tx = _threads(hw)
+    ty = max(1, 512 // tx)
+    return {"blocks": c, "block_steps": float(-(-n // ty) * -(-hw // tx)), "block_threads": tx * ty}
+
+
+def _sync_bn(sig: Signature, name: str) -> Work:
+    if name in ("batch_norm_gather_stats", "batch_norm_gather_stats_with_counts"):
+        # (input, mean [W, C], invstd [W, C], running_mean?, running_var?, momentum, eps, counts [W] | count): the
+        # input only picks the dtypes (not read); the W gathered statistics read, C global ones written (fp32 for
+        # half statistics), the running statistics read and written in place
+        mshape, mdt, _ = sig.tensor(1)
+        w, c = mshape[0], mshape[1]
+        nbytes = _stored(sig, 1) + _stored(sig, 2) + 2 * (_stored(sig, 3) + _stored(sig, 4)) \
+            + 2 * c * itemsize(_acc(mdt))
+        launches = 1
+        if name == "batch_norm_gather_stats_with_counts":
+            nbytes += _stored(sig, 7)
+        else:          # the per-rank counts are made on the GPU first: an int64 tensor cast to the statistics' dtype
+            rm = sig.tensor(3)
+            nbytes += w * (8 + itemsize(rm[1] if rm is not None else sig.tensor(0)[1]))
+            launches = 2
+        return Work(NORM, float(10 * w * c), nbytes, launches=launches)
+    x = sig.tensor(1 if name in ("batch_norm_backward_reduce", "batch_norm_backward_elemt") else 0)
+    shape, dt, _ = x
+    n, c = numel(shape), shape[1]
+    if name in ("batch_norm_stats", "batch_norm_update_stats"):
+        # one Welford pass over the input; mean and invstd (or var) of the accumulate type written per channel;
+        # update_stats: a second kernel reads and writes the running statistics
+        nbytes = _stored(sig, 0) + 2 * c * itemsize(_acc(dt))
+        launches = 1
+        if name == "batch_norm_update_stats" and sig.tensor(1) is not None:
+            nbytes += 2 * (_stored(sig, 1) + _stored(sig, 2))
+            launches = 2
+        return Work(NORM, float(5 * n), nbytes, launches=launches, **_per_channel_blocks(x))
+    if name == "batch_norm_elemt":
+        # (x - mean) * invstd * weight + bias: every input read once, y like x written
+        return Work(NORM, float(4 * n), _bytes_in(sig) + n * itemsize(dt))
+    if name == "batch_norm_backward_reduce":
+        # (grad_out, input, mean, invstd, weight?, input_g, weight_g, bias_g): dy and x read, per channel
+        # sum(dy) and sum(dy * (x - mean)) (like mean) and the weight / bias gradients (like weight) written
+        mdt = sig.tensor(2)[1]
+        w = sig.tensor(4)
+        wdt = w[1] if w is not None else mdt
+        out = 0
+        if sig.scalar("input_g", True):
+            out += 2 * c * itemsize(mdt)
+        out += c * itemsize(wdt) * sum(1 for k in ("weight_g", "bias_g") if sig.scalar(k, True))
+        return Work(NORM, float(4 * n), _bytes_in(sig) + out, **_per_channel_blocks(x))
+    # batch_norm_backward_elemt(grad_out, input, mean, invstd, weight?, sum_dy, sum_dy_xmu, count): dy and x read
+    # with the per-channel terms and the per-rank counts, dx like x written
+    return Work(NORM, float(5 * n), _bytes_in(sig) + n * itemsize(dt))
 
 
 def _softmax(sig: Signature, family: str) -> Work:
