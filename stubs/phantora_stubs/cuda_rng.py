@@ -1,7 +1,10 @@
-"""`torch.cuda` RNG state: one generator per device in `torch.cuda.default_generators`, and the torch.cuda RNG
-functions that go through them.
+"""`torch.cuda` RNG state: one generator per device in `torch.cuda.default_generators`, the torch.cuda RNG
+functions that go through them, and `torch.Generator(device="cuda")`.
 
-Each generator keeps seed and offset; its state is the 16-byte tensor of a CUDA generator.
+Each generator keeps seed and offset; its state is the 16-byte tensor of a CUDA generator. The fake CUDA hooks answer
+a new CUDA generator with a CPU one (`.device` cpu), so `torch.Generator` is replaced by a stand-in class whose
+construction for a CUDA device gives a `CudaGenerator` and for any other device torch's own generator;
+`isinstance(g, torch.Generator)` holds for every generator, as before.
 """
 
 from __future__ import annotations
@@ -124,7 +127,66 @@ def _generators() -> tuple:
     gens = _ctx().extras.get("cuda_generators")
     if gens is None:
         gens = _ctx().extras["cuda_generators"] = tuple(CudaGenerator(i) for i in range(device_count()))
+        install_generator_class()      # made when torch.cuda is installed (torch.cuda.default_generators)
     return gens
+
+
+# ---- torch.Generator -------------------------------------------------------------------------------------------------
+
+_TorchGenerator = torch._C.Generator
+
+
+def _new_generator(device: Any = None) -> torch.Generator:
+    """`torch.Generator(device)` as a CUDA build constructs it (THPGenerator_pynew): a CUDA device gets a new CUDA
+    generator of that device, the current one for "cuda" (createCUDAGenerator: seed default_rng_seed_val, offset 0,
+    "The device_index is invalid." for a device the host lacks); every other device torch's own generator."""
+    if device is None:
+        return _TorchGenerator()
+    dev = device
+    if isinstance(dev, int) and not isinstance(dev, bool):
+        dev = torch.device("cuda", dev)          # an integer names a device of the accelerator (CUDA)
+    elif isinstance(dev, str):
+        dev = torch.device(dev)
+    if not (isinstance(dev, torch.device) and dev.type == "cuda"):
+        return _TorchGenerator(device)
+    idx = current_device() if dev.index is None else dev.index
+    if not 0 <= idx < device_count():
+        raise RuntimeError("The device_index is invalid.")
+    return CudaGenerator(idx)
+
+
+class _GeneratorMeta(type(_TorchGenerator)):
+    """Metaclass of the `torch.Generator` stand-in: calling the class constructs as `_new_generator` does, and every
+    torch generator (the CPU default generator, a CudaGenerator) is an instance of it."""
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        if cls is not Generator:               # a program's subclass of torch.Generator: constructed as usual
+            return super().__call__(*args, **kwargs)
+        return _new_generator(*args, **kwargs)
+
+    def __instancecheck__(cls, obj: Any) -> bool:
+        if cls is Generator:
+            return isinstance(obj, _TorchGenerator)
+        return super().__instancecheck__(obj)
+
+    def __subclasscheck__(cls, sub: Any) -> bool:
+        if cls is Generator:
+            return issubclass(sub, _TorchGenerator)
+        return super().__subclasscheck__(sub)
+
+
+class Generator(_TorchGenerator, metaclass=_GeneratorMeta):
+    __doc__ = _TorchGenerator.__doc__
+
+
+Generator.__module__ = "torch"
+Generator.__qualname__ = Generator.__name__ = "Generator"
+
+
+def install_generator_class() -> None:
+    """`torch.Generator` becomes the stand-in (idempotent); `torch._C.Generator` stays torch's."""
+    if torch.Generator is not Generator:
+        torch.Generator = Generator
 
 
 def _generator(device: Any = "cuda") -> CudaGenerator:

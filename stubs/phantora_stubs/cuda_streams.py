@@ -1,11 +1,14 @@
 """`torch.cuda` streams, events and synchronisation, and CUDA graphs (unsupported).
 
 Streams (a subclass of `torch.Stream`) and events whose records, waits and synchronisations become ops for the
-runtime; `Event.elapsed_time` is the difference of the events' virtual completion times.
+runtime; `Event.elapsed_time` is the difference of the events' virtual completion times. A stream keeps the priority
+PyTorch's stream pool would give it on the simulated GPU (it is answered, not modelled: the engine does not schedule
+kernels by stream priority).
 """
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 import torch
@@ -17,6 +20,24 @@ from .errors import UnsupportedOpError, user_location
 
 CUDA_TYPE = 1      # c10::DeviceType::CUDA
 
+# Stream priorities. cudaDeviceGetStreamPriorityRange answers (least, greatest) = (0, -5) on sm_70 and later GPUs
+# (Volta to Hopper and Blackwell, CUDA 11 and 12): six levels. PyTorch pools streams at no more than
+# max_compile_time_stream_priorities = 4 of them (c10/cuda/CUDAStream.h), so a pooled stream has priority 0, -1, -2
+# or -3: getStreamFromPool(priority) takes the pool std::clamp(-priority, 0, max_stream_priorities - 1) (PyTorch
+# #143849; before it a positive priority raised), and Stream.priority is cudaStreamGetPriority of that stream.
+# Stream.priority_range() answers (0, max(-4 + 1, -5)) = (0, -3).
+CUDA_STREAM_PRIORITY_RANGE = (0, -5)
+MAX_COMPILE_TIME_STREAM_PRIORITIES = 4
+MAX_STREAM_PRIORITIES = min(CUDA_STREAM_PRIORITY_RANGE[0] - CUDA_STREAM_PRIORITY_RANGE[1] + 1,
+                            MAX_COMPILE_TIME_STREAM_PRIORITIES)
+_PRIORITIES: dict[int, int] = {}     # stream id -> priority of the pooled streams made with one other than 0
+
+
+def pool_priority(priority: int) -> int:
+    """The priority of the pooled stream `torch.cuda.Stream(priority=priority)` gets (c10/cuda/CUDAStream.cpp,
+    getStreamFromPool): out-of-range values are mapped to the nearest level PyTorch pools."""
+    return -min(max(-int(priority), 0), MAX_STREAM_PRIORITIES - 1)
+
 
 # ---- streams and events --------------------------------------------------------------------------------------------
 
@@ -25,10 +46,14 @@ class Stream(torch.Stream):
 
     def __new__(cls, device: Any = None, priority: int = 0, stream_id: int | None = None,
                 device_index: int | None = None, device_type: int | None = None, **kwargs: Any):
+        priority = operator.index(priority)          # THCPStream_pynew parses it as a C int
         if stream_id is None:
             idx = _index(device)
             stream_id = _ctx().dev.new_stream_id()
-        else:
+            level = pool_priority(priority)
+            if level:
+                _PRIORITIES[int(stream_id)] = level
+        else:       # an existing stream (unpack3): its own priority, whatever `priority` says
             idx = device_index if device_index is not None else _index(device)
         self = super().__new__(cls, stream_id=int(stream_id), device_index=int(idx), device_type=CUDA_TYPE)
         return self
@@ -43,6 +68,17 @@ class Stream(torch.Stream):
     @property
     def device(self) -> torch.device:
         return torch.device("cuda", self.device_index)
+
+    @property
+    def priority(self) -> int:
+        """cudaStreamGetPriority: the pooled level it was made at; 0 for the default stream, a stream of another
+        origin (an external stream, one the C++ guard made) and a stream made with priority 0 or above."""
+        return _PRIORITIES.get(int(self.stream_id), 0)
+
+    @staticmethod
+    def priority_range() -> tuple[int, int]:
+        """(least, greatest) priority PyTorch supports on the device: (0, -3) (see MAX_STREAM_PRIORITIES)."""
+        return (CUDA_STREAM_PRIORITY_RANGE[0], -(MAX_STREAM_PRIORITIES - 1))
 
     def wait_event(self, event: "Event") -> None:
         event.wait(self)
@@ -77,6 +113,8 @@ class Stream(torch.Stream):
 
 class ExternalStream(Stream):
     def __new__(cls, stream_ptr: int, device: Any = None, **kwargs: Any):
+        if kwargs.get("priority", 0):        # THCPStream_pynew's check for a stream_ptr
+            raise RuntimeError("Priority was explicitly set for a external stream")
         return super().__new__(cls, device=device, stream_id=int(stream_ptr))
 
 

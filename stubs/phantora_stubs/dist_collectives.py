@@ -3,7 +3,8 @@ stream, nothing travels.
 
 all_reduce, all_gather incl. the single-tensor and coalesced forms, reduce_scatter likewise, broadcast, reduce,
 all_to_all, barrier; gather / scatter are point-to-point batches as NCCL does them. Real values travel where they
-exist (exchange.py): small tensors with known values through all_reduce, broadcast and all_gather.
+exist (exchange.py): small tensors with known values through all_reduce, broadcast and all_gather. Tensors on a
+device the group has no backend for are refused first, as c10d refuses them (a CPU tensor on an NCCL-only group).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ class CollectivesMixin(EmissionMixin):
 
     # -- collectives ---------------------------------------------------------------------------------------------------
     def allreduce(self, tensors, opts=None):
+        self._check_backend_device(tensors)
         work = self._collective("all_reduce", _nbytes(tensors), result=list(_flat(tensors)))
         exchange.all_reduce(self._info.gid, list(_flat(tensors)), opts, work._event)
         return work
@@ -32,6 +34,7 @@ class CollectivesMixin(EmissionMixin):
     # An output's known value is forgotten when no value arrives, after the exchange: forgotten first, a base or
     # input that shares its elements (an in-place gather) would be forgotten with it (values.py).
     def allgather(self, output_tensors, input_tensors, opts=None):
+        self._check_backend_device(output_tensors, input_tensors)
         if len(input_tensors) == 1 and len(output_tensors) == 1:
             for out in output_tensors[0]:
                 ROUTES.gathered(out, list(input_tensors))
@@ -45,6 +48,7 @@ class CollectivesMixin(EmissionMixin):
         return self.allgather(output_lists, input_list, opts)
 
     def all_gather_single(self, output, input, opts=None):
+        self._check_backend_device(output, input)
         ROUTES.gathered(output, [input])       # a routing map gathered over the members is one (routes.py)
         work = self._collective("all_gather", _nbytes(input), result=[output])
         if not exchange.all_gather_into(self._info.gid, output, input, work._event):
@@ -62,10 +66,12 @@ class CollectivesMixin(EmissionMixin):
     allgather_into_tensor_coalesced = all_gather_single_coalesced
 
     def reduce_scatter(self, output_tensors, input_lists, opts=None):
+        self._check_backend_device(output_tensors, input_lists)
         _forget(output_tensors)
         return self._collective("reduce_scatter", _nbytes(input_lists), result=list(_flat(output_tensors)))
 
     def reduce_scatter_single(self, output, input, opts=None):
+        self._check_backend_device(output, input)
         work = self._collective("reduce_scatter", _nbytes(input), result=[output])
         if not exchange.reduce_scatter_into(self._info.gid, output, input, opts, self._rank, self._size,
                                               work._event):
@@ -83,24 +89,28 @@ class CollectivesMixin(EmissionMixin):
     reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
 
     def broadcast(self, tensors, opts=None):
+        self._check_backend_device(tensors)
         root = int(getattr(opts, "rootRank", 0)) if opts is not None else 0
         work = self._collective("broadcast", _nbytes(tensors), root=root, result=list(_flat(tensors)))
         exchange.broadcast(self._info.gid, list(_flat(tensors)), root, self._rank, work._event)
         return work
 
     def reduce(self, tensors, opts=None):
+        self._check_backend_device(tensors)
         root = int(getattr(opts, "rootRank", 0)) if opts is not None else 0
         work = self._collective("reduce", _nbytes(tensors), root=root, result=list(_flat(tensors)))
         exchange.reduce(self._info.gid, list(_flat(tensors)), opts, root, self._rank, work._event)
         return work
 
     def alltoall(self, output_tensors, input_tensors, opts=None):
+        self._check_backend_device(output_tensors, input_tensors)
         _forget(output_tensors)
         send = [_nbytes([t]) for t in input_tensors]
         recv = [_nbytes([t]) for t in output_tensors]
         return self._all_to_all(_nbytes(input_tensors), send, recv, output_tensors)[0]
 
     def all_to_all_single(self, output, input, output_split_sizes=None, input_split_sizes=None, opts=None):
+        self._check_backend_device(output, input)
         n = self._size
         input_split_sizes, output_split_sizes = alltoall.split_sizes(input_split_sizes), alltoall.split_sizes(
             output_split_sizes)
@@ -130,6 +140,7 @@ class CollectivesMixin(EmissionMixin):
         self.barrier().wait()
 
     def gather(self, output_lists, input_tensors, opts=None):
+        self._check_backend_device(output_lists, input_tensors)
         root = int(getattr(opts, "rootRank", 0)) if opts is not None else 0
         self._group_marker(OpKind.GROUP_START)
         work = None
@@ -145,6 +156,7 @@ class CollectivesMixin(EmissionMixin):
         return work if work is not None else PhantoraWork(None)
 
     def scatter(self, output_tensors, input_lists, opts=None):
+        self._check_backend_device(output_tensors, input_lists)
         root = int(getattr(opts, "rootRank", 0)) if opts is not None else 0
         self._group_marker(OpKind.GROUP_START)
         work = None

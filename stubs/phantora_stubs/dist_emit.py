@@ -2,8 +2,9 @@
 
 `EmissionMixin` launches one collective, one point-to-point transfer, or an NCCL group marker on the group's
 communication stream (comm.py); `PhantoraWork.wait()` makes the current stream wait for it (a barrier's wait also
-blocks the host). Also the helpers on tensor lists the collectives share (bytes, flattening, dropping known values of
-outputs).
+blocks the host). It also refuses, as a real process group does, tensors on a device the group has no backend for (a
+CPU tensor on an NCCL-only group). Also the helpers on tensor lists the collectives share (bytes, flattening,
+dropping known values of outputs).
 """
 
 from __future__ import annotations
@@ -53,6 +54,18 @@ def _flat(tensors: Any) -> list[torch.Tensor]:
     for x in tensors or ():
         out.extend(_flat(x))
     return out
+
+
+def _dispatch_device_type(tensors: Any) -> str | None:
+    """The device type a c10d op on these tensors dispatches on: the dispatcher takes the highest backend of all its
+    tensor arguments, CUDA over CPU (c10/core/DispatchKey.h, BackendComponent); None without tensors."""
+    types = {t.device.type for t in _flat(tensors)}
+    if not types:
+        return None
+    for preferred in ("meta", "cuda", "cpu"):
+        if preferred in types:
+            return preferred
+    return sorted(types)[0]
 
 
 def _forget(tensors: Any) -> None:
@@ -180,6 +193,21 @@ class EmissionMixin:
     """The launch helpers of `PhantoraProcessGroup` (it sets `self._info`), shared by its collectives and its
     point-to-point calls."""
 
+    # -- device check ---------------------------------------------------------------------------------------------
+    def _check_backend_device(self, *tensor_args: Any) -> None:
+        """A collective or transfer of tensors on a device the group has no backend for fails as c10d's
+        `ProcessGroup::getBackend` makes it fail (torch/csrc/distributed/c10d/ProcessGroup.cpp): an all-reduce of a
+        CPU tensor on an NCCL-only group raises "No backend type associated with device type cpu" on a GPU run. The
+        devices are those of the backend string the group was made with (dist_group_creation._backend_devices:
+        "nccl" CUDA; "gloo" and "cpu:gloo,cuda:nccl" CPU and CUDA; the default backend what torch's BackendConfig
+        gives it, from torch 2.6 only the detected accelerator's: CUDA)."""
+        served = getattr(self, "_phantora_devices", None) or getattr(self, "default_devices", None)
+        if not served:
+            return
+        device_type = _dispatch_device_type(tensor_args)
+        if device_type is not None and device_type not in served:
+            raise RuntimeError(f"No backend type associated with device type {device_type}")
+
     # -- emission helpers -----------------------------------------------------------------------------------------
     def _collective(self, name: str, nbytes: int, root: int = -1, result: Any = None,
                     blocking: bool = False) -> PhantoraWork:
@@ -192,6 +220,7 @@ class EmissionMixin:
         return PhantoraWork(event, result, blocking)
 
     def _p2p(self, kind: OpKind, tensors: Any, peer: int) -> PhantoraWork:
+        self._check_backend_device(tensors)
         ctx = context.get()
         METER.enter()
         try:

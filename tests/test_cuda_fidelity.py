@@ -1,0 +1,219 @@
+"""What a CUDA machine answers, and how it fails, for a few surfaces a simulated rank once answered differently:
+stream priorities, `torch.Generator(device="cuda")`, and collectives of CPU tensors on process groups without a CPU
+backend. Each expectation cites the PyTorch (or NCCL) source that decides it on a real GPU.
+
+One run of the script below on 2 simulated GPUs (both ranks real processes) serves every test.
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from test_live_run import phantora_run, results
+
+SCRIPT = textwrap.dedent('''
+    import json
+    import struct
+
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group()                 # the default backend string ("undefined")
+    rank = dist.get_rank()
+    torch.cuda.set_device(rank)
+    res = {"rank": rank, "torch": torch.__version__}
+
+
+    def probe(name, fn):
+        try:
+            res[name] = {"value": fn()}
+        except BaseException as exc:  # noqa: BLE001 - the test checks the exception
+            res[name] = {"error": type(exc).__name__, "message": str(exc)}
+
+
+    # ---- stream priorities
+    requested = (0, -1, -2, -3, -4, -100, 1, 7)
+    probe("pool_priorities", lambda: [torch.cuda.Stream(priority=p).priority for p in requested])
+    probe("priority_range", lambda: list(torch.cuda.Stream.priority_range()))
+    probe("priority_range_instance", lambda: list(torch.cuda.Stream().priority_range()))
+    probe("current_priority", lambda: torch.cuda.current_stream().priority)
+    probe("default_priority", lambda: torch.cuda.default_stream().priority)
+    high = torch.cuda.Stream(priority=-1)
+
+
+    def inside():
+        with torch.cuda.stream(high):
+            cur = torch.cuda.current_stream()
+            return [cur.priority, cur == high]
+
+
+    probe("current_priority_inside", inside)
+    probe("unpacked_priority", lambda: torch.cuda.Stream(stream_id=high.stream_id, device_index=high.device_index,
+                                                         device_type=high.device_type).priority)
+    probe("external_with_priority", lambda: torch.cuda.ExternalStream(0x7F0000001000, priority=-1))
+
+    # ---- generators
+    def new_cuda_generator():
+        g = torch.Generator(device="cuda")
+        return [str(g.device), g.initial_seed(), isinstance(g, torch.Generator)]
+
+
+    def generator_state():
+        g = torch.Generator(device="cuda").manual_seed(1234)
+        state = g.get_state()
+        other = torch.Generator(device="cuda")
+        other.set_state(state)
+        drawn = torch.randn(3, device="cuda", generator=g)
+        return [str(state.dtype), state.numel(), list(struct.unpack("<Qq", bytes(state.tolist()))),
+                other.initial_seed(), str(drawn.device), isinstance(g.seed(), int)]
+
+
+    probe("cuda_generator", new_cuda_generator)
+    probe("cuda1_generator", lambda: str(torch.Generator("cuda:1").device))
+    probe("cpu_generators", lambda: [str(torch.Generator().device), str(torch.Generator(device="cpu").device),
+                                     isinstance(torch.default_generator, torch.Generator),
+                                     isinstance(torch.cuda.default_generators[0], torch.Generator)])
+    probe("generator_state", generator_state)
+    probe("generator_bad_device", lambda: torch.Generator(device="cuda:7"))
+
+    # ---- collectives of CPU tensors: each group's backends decide which devices it serves
+    groups = {"default": None, "nccl": dist.new_group(backend="nccl"), "gloo": dist.new_group(backend="gloo"),
+              "cpu:gloo,cuda:nccl": dist.new_group(backend="cpu:gloo,cuda:nccl")}
+    for label, g in groups.items():
+        def all_reduce(device, g=g):
+            t = torch.tensor([rank + 1.0], device=device)
+            dist.all_reduce(t, group=g)
+            return t.item()
+
+        def broadcast(g=g):
+            t = torch.tensor([rank + 5.0])
+            dist.broadcast(t, src=0, group=g)
+            return t.item()
+
+        def all_gather(g=g):
+            out = torch.zeros(2)
+            dist.all_gather_into_tensor(out, torch.tensor([rank + 1.0]), group=g)
+            return out.tolist()
+
+        def send_recv(g=g):
+            t = torch.tensor([rank + 7.0])
+            if rank == 0:
+                dist.send(t, dst=1, group=g)
+            else:
+                dist.recv(t, src=0, group=g)
+            return t.item()
+
+        probe(f"{label}/all_reduce_cpu", lambda f=all_reduce: f("cpu"))
+        probe(f"{label}/broadcast_cpu", broadcast)
+        probe(f"{label}/all_gather_cpu", all_gather)
+        probe(f"{label}/send_recv_cpu", send_recv)
+        probe(f"{label}/all_reduce_cuda", lambda f=all_reduce: f("cuda"))
+    probe("nccl/barrier", lambda: dist.barrier(group=groups["nccl"]))
+    probe("nccl/all_gather_object", lambda: (lambda out: (dist.all_gather_object(out, rank, group=groups["nccl"]),
+                                                          out)[1])([None, None]))
+    print("RESULT " + json.dumps(res))
+''')
+
+
+@pytest.fixture(scope="module")
+def fidelity(tmp_path_factory):
+    script = tmp_path_factory.mktemp("fidelity") / "fidelity.py"
+    script.write_text(SCRIPT)
+    proc = phantora_run("--nodes", "1", "--gpus-per-node", "2", "--ranks", "all", "--overwrite", "--no-trace",
+                        "--", "python", str(script))
+    assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
+    res = sorted(results(proc.stdout), key=lambda r: r["rank"])
+    assert [r["rank"] for r in res] == [0, 1]
+    return res
+
+
+def answer(res, name):
+    r = res[name]
+    assert "error" not in r, f"{name} raised {r['error']}: {r['message']}"
+    return r["value"]
+
+
+def raised(res, name):
+    r = res[name]
+    assert "error" in r, f"{name} answered {r['value']!r} where a GPU run raises"
+    return r["error"], r["message"]
+
+
+def test_stream_priorities_are_the_pooled_levels_of_a_hopper_gpu(fidelity):
+    # c10/cuda/CUDAStream.cpp: cudaDeviceGetStreamPriorityRange answers (0, -5) on an H100 (six levels), PyTorch
+    # pools at most max_compile_time_stream_priorities = 4 of them (c10/cuda/CUDAStream.h), and
+    # getStreamFromPool(priority) takes pool std::clamp(-priority, 0, 3) (pytorch#143849): a stream's priority
+    # (cudaStreamGetPriority) is 0, -1, -2 or -3, values beyond either end mapped to the nearest
+    for res in fidelity:
+        assert answer(res, "pool_priorities") == [0, -1, -2, -3, -3, -3, 0, 0]
+        # CUDAStream::priority_range(): (least, max(-max_compile_time_stream_priorities + 1, greatest)) = (0, -3),
+        # a static method of torch._C._CudaStreamBase
+        assert answer(res, "priority_range") == [0, -3]
+        assert answer(res, "priority_range_instance") == [0, -3]
+        # the default stream (the current one unless another is set) has the default priority, 0
+        assert answer(res, "current_priority") == 0
+        assert answer(res, "default_priority") == 0
+        # the current stream inside `with torch.cuda.stream(s)` is s, with its priority; so is a stream unpacked
+        # from s's id (THCPStream_pynew's unpack3: the priority is the stream's own)
+        assert answer(res, "current_priority_inside") == [-1, True]
+        assert answer(res, "unpacked_priority") == -1
+        # THCPStream_pynew: TORCH_CHECK(priority == 0, "Priority was explicitly set for a external stream")
+        assert raised(res, "external_with_priority") == ("RuntimeError",
+                                                          "Priority was explicitly set for a external stream")
+
+
+def test_a_cuda_generator_is_on_the_current_cuda_device(fidelity):
+    for res in fidelity:
+        rank = res["rank"]
+        # THPGenerator_pynew -> CUDAHooks::getNewGenerator -> createCUDAGenerator(-1): the current device, seeded
+        # with default_rng_seed_val = 67280421310721 (ATen/core/Generator.h), offset 0
+        assert answer(res, "cuda_generator") == [f"cuda:{rank}", 67280421310721, True]
+        assert answer(res, "cuda1_generator") == "cuda:1"
+        assert answer(res, "cpu_generators") == ["cpu", "cpu", True, True]
+        # CUDAGeneratorImpl::get_state: a 16-byte uint8 tensor, seed then offset (CUDAGeneratorImpl.cpp)
+        assert answer(res, "generator_state") == ["torch.uint8", 16, [1234, 0], 1234, f"cuda:{rank}", True]
+        # createCUDAGenerator: TORCH_CHECK(idx >= 0 && idx < num_gpus, "The device_index is invalid.")
+        assert raised(res, "generator_bad_device") == ("RuntimeError", "The device_index is invalid.")
+
+
+NO_CPU_BACKEND = ("RuntimeError", "No backend type associated with device type cpu")
+
+
+def _version(v: str) -> tuple[int, int]:
+    major, minor = v.split("+")[0].split(".")[:2]
+    return int(major), int(minor)
+
+
+def test_cpu_tensors_on_a_group_without_a_cpu_backend_fail_as_in_c10d(fidelity):
+    # c10d ProcessGroup::getBackend(DeviceType): TORCH_CHECK(false, "No backend type associated with device type ",
+    # deviceType) when no backend of the group serves the tensor's device; an "nccl" group serves CUDA only
+    # (Backend.backend_capability). Every collective and point-to-point call of CPU tensors dispatches there.
+    groups = ["nccl"]
+    # torch >= 2.6 (pytorch#142216): init_process_group() without a backend creates only the detected
+    # accelerator's backend (BackendConfig("undefined"): {"cuda": "nccl"} on a CUDA machine); before, cpu:gloo too
+    if _version(fidelity[0]["torch"]) >= (2, 6):
+        groups.append("default")
+    for res in fidelity:
+        for g in groups:
+            for op in ("all_reduce_cpu", "broadcast_cpu", "all_gather_cpu", "send_recv_cpu"):
+                assert raised(res, f"{g}/{op}") == NO_CPU_BACKEND, (g, op)
+            assert answer(res, f"{g}/all_reduce_cuda") == 3.0
+        # the CUDA tensors that barrier and the object collectives use on an NCCL group are fine
+        assert answer(res, "nccl/barrier") is None
+        assert answer(res, "nccl/all_gather_object") == [0, 1]
+
+
+def test_cpu_tensors_on_groups_with_a_cpu_backend_still_travel(fidelity):
+    groups = ["gloo", "cpu:gloo,cuda:nccl"]
+    if _version(fidelity[0]["torch"]) < (2, 6):
+        groups.append("default")
+    for res in fidelity:
+        for g in groups:
+            assert answer(res, f"{g}/all_reduce_cpu") == 3.0
+            assert answer(res, f"{g}/broadcast_cpu") == 5.0
+            assert answer(res, f"{g}/all_gather_cpu") == [1.0, 2.0]
+            assert answer(res, f"{g}/send_recv_cpu") == 7.0          # rank 0's own value, received by rank 1
+            assert answer(res, f"{g}/all_reduce_cuda") == 3.0
+
