@@ -202,18 +202,21 @@ def test_the_statistics_kernels_take_at_least_their_bytes_over_hbm(run):
             assert dur[BELEMT] > dur[ELEMT]
 
 
-MEASURED = Path(__file__).resolve().parent.parent / "groundtruth" / "syncbn" / "h200" / "syncbn-kernels-h200.json"
+SYNCBN = Path(__file__).resolve().parent.parent / "groundtruth" / "syncbn"
 
 
-def test_the_per_channel_reductions_take_what_an_h200_measured():
-    """The NCHW statistics and backward reductions, measured on an H200 (groundtruth/syncbn/), give each channel one
-    thread block: over inputs larger than the L2 their time is their threads' serial steps, not their bytes (the
-    roofline alone costs the [32, 64, 112, 112] reduction 8-14 times too little). Each such row is costed within 20%
-    of its measured time, and the cost model's time for the others is at least the bytes over HBM."""
+@pytest.mark.parametrize("measured, gpu_name", [(SYNCBN / "h200" / "syncbn-kernels-h200.json", "h200-sxm-141gb"),
+                                                 (SYNCBN / "h100" / "syncbn-kernels-h100.json", "h100-sxm-80gb")])
+def test_the_per_channel_reductions_take_what_an_h200_and_an_h100_measured(measured, gpu_name):
+    """The NCHW statistics and backward reductions, measured on an H200 and an H100 (groundtruth/syncbn/; the step
+    time fitted on the H200's), give each channel one thread block: over inputs larger than the L2 their time is
+    their threads' serial steps, not their bytes (the roofline alone costs the [32, 64, 112, 112] reduction 8-14 times
+    too little). Each such row is costed within 20% of its measured time, and the cost model's time for the others
+    is at least the bytes over HBM."""
     import importlib.util
     import json
 
-    spec = importlib.util.spec_from_file_location("syncbn_compare", MEASURED.parent.parent / "compare.py")
+    spec = importlib.util.spec_from_file_location("syncbn_compare", SYNCBN / "compare.py")
     compare = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(compare)   # the measured calls' arguments, as meta tensors
     calls = compare.calls
@@ -221,8 +224,8 @@ def test_the_per_channel_reductions_take_what_an_h200_measured():
     from phantora.costmodel.model import CostModel
     from phantora.costmodel.signature import signature_of
 
-    data = json.loads(MEASURED.read_text())
-    gpu = load_gpu("h200-sxm-141gb")
+    data = json.loads(measured.read_text())
+    gpu = load_gpu(gpu_name)
     model = CostModel(gpu)
     checked = 0
     for r in data["rows"]:

@@ -65,7 +65,8 @@ BLOCK_FIXED_S = 5.0e-6
 statistics and backward reductions) is bound by the steps its threads take in sequence, each a load from DRAM whose
 latency few blocks cannot hide: `waves x steps x BLOCK_STEP_S + BLOCK_FIXED_S` at least, a wave being as many blocks
 as the SMs hold (2,048 threads each). Fitted on an H200 to the reductions of inputs larger than its L2
-(groundtruth/syncbn/: 406-443 ns a step over 224 to 800 steps, dtype alike); the H200's figures stand for every GPU."""
+(groundtruth/syncbn/: 406-443 ns a step over 224 to 800 steps, dtype alike); an H100, held out, takes the same
+steps (its large reductions costed 0.96-1.01 of measured). The figures stand for every GPU."""
 
 
 @dataclass(frozen=True)
