@@ -9,12 +9,15 @@ construction for a CUDA device gives a `CudaGenerator` and for any other device 
 
 from __future__ import annotations
 
+import functools
+
 import random
 import struct
 from typing import Any
 
 import torch
 
+from .clock import unmetered
 from .cuda_device import _check_index, _ctx, _index, current_device, device_count
 
 
@@ -157,22 +160,21 @@ def _new_generator(device: Any = None) -> torch.Generator:
 
 class _GeneratorMeta(type(_TorchGenerator)):
     """Metaclass of the `torch.Generator` stand-in: calling the class constructs as `_new_generator` does, and every
-    torch generator (the CPU default generator, a CudaGenerator) is an instance of it."""
+    torch generator (the CPU default generator, a CudaGenerator) is an instance of it.
 
+    The instance and subclass checks are torch's own C checks against `torch._C.Generator` (bound with
+    `functools.partial`, no Python frame): `isinstance(x, torch.Generator)`, which PyTorch's Python runs on many
+    ops, is a C check in a real run and must not count as the framework's host work (docs/host-cpu.md). A
+    program's subclass of torch.Generator answers them as torch.Generator does."""
+
+    @unmetered                                 # C++ in a real run (THPGenerator_pynew): not the framework's work
     def __call__(cls, *args: Any, **kwargs: Any) -> Any:
         if cls is not Generator:               # a program's subclass of torch.Generator: constructed as usual
             return super().__call__(*args, **kwargs)
         return _new_generator(*args, **kwargs)
 
-    def __instancecheck__(cls, obj: Any) -> bool:
-        if cls is Generator:
-            return isinstance(obj, _TorchGenerator)
-        return super().__instancecheck__(obj)
-
-    def __subclasscheck__(cls, sub: Any) -> bool:
-        if cls is Generator:
-            return issubclass(sub, _TorchGenerator)
-        return super().__subclasscheck__(sub)
+    __instancecheck__ = staticmethod(functools.partial(type.__instancecheck__, _TorchGenerator))
+    __subclasscheck__ = staticmethod(functools.partial(type.__subclasscheck__, _TorchGenerator))
 
 
 class Generator(_TorchGenerator, metaclass=_GeneratorMeta):

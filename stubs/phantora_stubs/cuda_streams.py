@@ -46,11 +46,13 @@ class Stream(torch.Stream):
 
     def __new__(cls, device: Any = None, priority: int = 0, stream_id: int | None = None,
                 device_index: int | None = None, device_type: int | None = None, **kwargs: Any):
-        priority = operator.index(priority)          # THCPStream_pynew parses it as a C int
         if stream_id is None:
             idx = _index(device)
             stream_id = _ctx().dev.new_stream_id()
-            level = pool_priority(priority)
+            # THCPStream_pynew parses the priority as a C int. Only here, for a new stream: rebuilding an existing
+            # one (`current_stream()`, hot in FSDP2) runs the lines it ran before priorities were kept, which the
+            # host model counts (this stand-in's Python runs where a GPU run runs C++: docs/host-cpu.md)
+            level = pool_priority(operator.index(priority))
             if level:
                 _PRIORITIES[int(stream_id)] = level
         else:       # an existing stream (unpack3): its own priority, whatever `priority` says
