@@ -59,14 +59,11 @@ def _real(t: Any) -> Any:
     if t.device.type != "cpu":
         raise RuntimeError(FORK_CUDA_ERROR)
     from .values import VALUES
-    value = VALUES.get(t)
-    with unset_fake_temporarily():
-        if value is not None:
-            real = value.detach().clone()
-        elif t.numel() * t.element_size() <= CONTIGUOUS_BYTES:
-            real = torch.zeros(tuple(t.shape), dtype=t.dtype)
-        else:
+    if VALUES.get(t) is None and t.numel() * t.element_size() > CONTIGUOUS_BYTES:
+        with unset_fake_temporarily():
             real = torch.zeros((), dtype=t.dtype).expand(tuple(t.shape))
+    else:
+        real = VALUES.real_or_zeros(t)
     if isinstance(t, torch.nn.Parameter):
         real = torch.nn.Parameter(real, requires_grad=t.requires_grad)
     _REAL[t] = real
