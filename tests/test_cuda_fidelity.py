@@ -78,6 +78,27 @@ SCRIPT = textwrap.dedent('''
     probe("generator_state", generator_state)
     probe("generator_bad_device", lambda: torch.Generator(device="cuda:7"))
 
+    # ---- random ops given a generator of the other device type
+    probe("gen/randperm_cuda", lambda: torch.randperm(10, generator=torch.Generator(device="cuda")).tolist())
+    probe("gen/random_cpu_cuda", lambda: torch.empty((), dtype=torch.int64).random_(
+        generator=torch.Generator(device="cuda")).item())
+    probe("gen/randn_cuda_cpu", lambda: str(torch.randn(3, device="cuda", generator=torch.Generator()).device))
+    probe("gen/normal_cuda_cpu", lambda: str(torch.empty(3, device="cuda").normal_(generator=torch.Generator()).device))
+    probe("gen/randn_cuda_cuda", lambda: str(torch.randn(3, device="cuda",
+                                                         generator=torch.Generator(device="cuda")).device))
+    probe("gen/randperm_cpu_cpu", lambda: torch.randperm(10, generator=torch.Generator().manual_seed(3)).tolist())
+
+
+    def shuffled_loader(device):
+        data = torch.utils.data.TensorDataset(torch.arange(20))
+        loader = torch.utils.data.DataLoader(data, batch_size=5, shuffle=True,
+                                             generator=torch.Generator(device=device).manual_seed(0))
+        return [b[0].tolist() for b in loader]
+
+
+    probe("gen/dataloader_cuda", lambda: shuffled_loader("cuda"))
+    probe("gen/dataloader_cpu", lambda: shuffled_loader("cpu"))
+
     # ---- collectives of CPU tensors: each group's backends decide which devices it serves
     groups = {"default": None, "nccl": dist.new_group(backend="nccl"), "gloo": dist.new_group(backend="gloo"),
               "cpu:gloo,cuda:nccl": dist.new_group(backend="cpu:gloo,cuda:nccl")}
@@ -110,6 +131,20 @@ SCRIPT = textwrap.dedent('''
         probe(f"{label}/all_gather_cpu", all_gather)
         probe(f"{label}/send_recv_cpu", send_recv)
         probe(f"{label}/all_reduce_cuda", lambda f=all_reduce: f("cuda"))
+    import torch.distributed._functional_collectives as funcol
+    for label in ("nccl", "gloo"):
+        g = groups[label]
+        probe(f"{label}/funcol_all_reduce_cpu", lambda g=g: funcol.all_reduce(torch.full((2,), rank + 1.0), "sum",
+                                                                              g).tolist())
+    g = groups["nccl"]
+    one = lambda v: torch.tensor(v, device="cuda")   # noqa: E731
+    probe("nccl/funcol_all_reduce_cuda", lambda: funcol.all_reduce(one([rank + 1.0] * 2), "sum", g).tolist())
+    probe("nccl/funcol_all_reduce_avg", lambda: funcol.all_reduce(one([rank + 1.0]), "avg", g).tolist())
+    probe("nccl/funcol_all_reduce_max", lambda: funcol.all_reduce(one([rank + 1.0]), "max", g).tolist())
+    probe("nccl/funcol_all_gather", lambda: funcol.all_gather_tensor(one([rank + 1.0]), 0, g).tolist())
+    probe("nccl/funcol_reduce_scatter", lambda: funcol.reduce_scatter_tensor(
+        one([10.0 * (rank + 1), 100.0 * (rank + 1)]), "sum", 0, g).tolist())
+    probe("nccl/funcol_broadcast", lambda: funcol.broadcast(one([rank + 5.0]), 0, g).tolist())
     probe("nccl/barrier", lambda: dist.barrier(group=groups["nccl"]))
     probe("nccl/all_gather_object", lambda: (lambda out: (dist.all_gather_object(out, rank, group=groups["nccl"]),
                                                           out)[1])([None, None]))
@@ -217,3 +252,47 @@ def test_cpu_tensors_on_groups_with_a_cpu_backend_still_travel(fidelity):
             assert answer(res, f"{g}/send_recv_cpu") == 7.0          # rank 0's own value, received by rank 1
             assert answer(res, f"{g}/all_reduce_cuda") == 3.0
 
+
+
+GEN_MISMATCH = "Expected a '{}' device type for generator but found '{}'"
+
+
+def test_a_random_op_refuses_a_generator_of_the_other_device_type(fidelity):
+    # at::check_generator<CPUGeneratorImpl / CUDAGeneratorImpl> (ATen/core/Generator.h): TORCH_CHECK(
+    # T::device_type() == gen->device().type(), "Expected a '", T::device_type(), "' device type for generator but
+    # found '", gen->device().type(), "'"), in every random kernel of either device
+    import torch
+    for res in fidelity:
+        rank = res["rank"]
+        for name in ("gen/randperm_cuda", "gen/random_cpu_cuda"):
+            assert raised(res, name) == ("RuntimeError", GEN_MISMATCH.format("cpu", "cuda")), name
+        for name in ("gen/randn_cuda_cpu", "gen/normal_cuda_cpu"):
+            assert raised(res, name) == ("RuntimeError", GEN_MISMATCH.format("cuda", "cpu")), name
+        # a shuffled DataLoader draws its base seed with random_ of a host tensor from the loader's generator
+        # (torch/utils/data/dataloader.py, _share_dist_seed): a CUDA generator stops it there
+        assert raised(res, "gen/dataloader_cuda") == ("RuntimeError", GEN_MISMATCH.format("cpu", "cuda"))
+        # generators of the op's own device run, drawing what plain PyTorch draws on the host
+        assert answer(res, "gen/randn_cuda_cuda") == f"cuda:{rank}"
+        assert answer(res, "gen/randperm_cpu_cpu") == torch.randperm(
+            10, generator=torch.Generator().manual_seed(3)).tolist()
+        data = torch.utils.data.TensorDataset(torch.arange(20))
+        loader = torch.utils.data.DataLoader(data, batch_size=5, shuffle=True,
+                                             generator=torch.Generator().manual_seed(0))
+        assert answer(res, "gen/dataloader_cpu") == [b[0].tolist() for b in loader]
+
+
+def test_functional_collectives_carry_small_values_and_refuse_cpu_tensors_on_nccl(fidelity):
+    # _c10d_functional ops (torch/csrc/distributed/c10d/Functional.cpp) run the group's collective: the CPU tensor
+    # reaches ProcessGroup::getBackend(CPU) and fails there on an NCCL-only group, runs on a gloo one
+    for res in fidelity:
+        rank = res["rank"]
+        assert raised(res, "nccl/funcol_all_reduce_cpu") == NO_CPU_BACKEND
+        assert answer(res, "gloo/funcol_all_reduce_cpu") == [3.0, 3.0]
+        # the values two ranks' NCCL collectives give: sum, mean, max of rank + 1, rank-ordered gather, the chunk of
+        # the sum, the root's value
+        assert answer(res, "nccl/funcol_all_reduce_cuda") == [3.0, 3.0]
+        assert answer(res, "nccl/funcol_all_reduce_avg") == [1.5]
+        assert answer(res, "nccl/funcol_all_reduce_max") == [2.0]
+        assert answer(res, "nccl/funcol_all_gather") == [1.0, 2.0]
+        assert answer(res, "nccl/funcol_reduce_scatter") == [[30.0], [300.0]][rank]
+        assert answer(res, "nccl/funcol_broadcast") == [5.0]

@@ -259,6 +259,39 @@ def test_mismatch_report_names_where_each_rank_issued_the_collective():
         assert f"it issued all_reduce #1 on group 0 ({nbytes} B) at {FAIL}:{issued} in <module>" in proc.stderr
 
 
+DUPLICATE = """\
+import os
+import torch
+import torch.distributed as dist
+dist.init_process_group("nccl")
+if os.environ.get("SET_DEVICE"):
+    torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+x = torch.ones(8, device="cuda")
+dist.all_reduce(x)
+print("RESULT", dist.get_rank(), torch.cuda.current_device(), x.tolist())
+"""
+
+
+def test_two_ranks_of_a_node_on_one_gpu_fail_as_nccl_refuses_them(tmp_path):
+    # ncclCommInitRank (NCCL src/init.cc) compares the ranks' host hashes and PCI bus ids: two ranks of one host on
+    # one GPU are ncclInvalidUsage, "Duplicate GPU detected : rank A and rank B both on CUDA device ...", raised by
+    # ProcessGroupNCCL as DistBackendError at the group's first collective (its communicator is made lazily)
+    script = tmp_path / "duplicate.py"
+    script.write_text(DUPLICATE)
+    proc = phantora_run("--gpus-per-node", "2", "--no-trace", "--", "python", str(script))
+    assert proc.returncode == 1, proc.stdout[-2000:]
+    assert "Duplicate GPU detected" in proc.stderr and "both on CUDA device 0" in proc.stderr, proc.stderr[-3000:]
+    assert "ranks 0 and 1 of node 0" in proc.stderr or "ranks 1 and 0 of node 0" in proc.stderr
+    assert "RESULT" not in proc.stdout
+    # one process per GPU: the same program runs, and so do two ranks on device 0 of two nodes
+    for args, env in ((("--gpus-per-node", "2"), {"SET_DEVICE": "1"}), (("--nodes", "2", "--gpus-per-node", "1"), {})):
+        proc = phantora_run(*args, "--no-trace", "--", "python", str(script), env_extra=env)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        lines = sorted(line.split("RESULT ", 1)[1] for line in proc.stdout.splitlines() if "RESULT " in line)
+        device = (lambda r: r) if env else (lambda r: 0)
+        assert lines == [f"{r} {device(r)} {[2.0] * 8}" for r in (0, 1)], proc.stdout[-2000:]
+
+
 def test_deadlock_report_shows_each_rank_and_its_transfer():
     proc = phantora_run("--gpus-per-node", "2", "--no-trace", "--", "python", STUCK, "--mode", "deadlock")
     assert proc.returncode == 1

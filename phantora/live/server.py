@@ -146,6 +146,7 @@ class EngineServer:
         self._replies: list[tuple[LiveRank, tuple]] = []
         self._exchanges: dict[tuple[int, int], dict[int, tuple[str, Any]]] = {}
         self._puts: dict[tuple, Any] = {}
+        self._devices: dict[int, dict[int, int]] = {}     # group -> rank -> CUDA device of its NCCL communicator
         self._marks = 0
         self.wall_marks: list[float] = []
         self._last_flush = time.monotonic()
@@ -231,6 +232,8 @@ class EngineServer:
             except SimulationError as exc:
                 raise LiveRunError(str(exc)) from None
             self._write_groups()
+        elif tag == "device":
+            self._check_device(lr.rank, msg[1], msg[2])
         elif tag == "event":
             lr.event_queries.append((msg[1], bool(msg[2]) if len(msg) > 2 else False))
         elif tag == "exchange":
@@ -253,6 +256,25 @@ class EngineServer:
             self.engine.close(lr.rank)
         else:
             raise LiveRunError(f"rank {lr.rank} sent an unknown message {tag!r}")
+
+    def _check_device(self, rank: int, gid: int, device: int) -> None:
+        """NCCL's communicator init (ncclCommInitRank, init.cc) refuses two ranks of one host on one GPU with
+        ncclInvalidUsage, "Duplicate GPU detected : rank A and rank B both on CUDA device ...", which PyTorch raises
+        as DistBackendError at the group's first collective. Ranks of the run's processes only: a mirrored rank
+        reports the device of the rank it mirrors."""
+        seen = self._devices.setdefault(gid, {})
+        seen[rank] = device
+        node = self.spec.node_of(rank)
+        for other, dev in seen.items():
+            if other != rank and dev == device and self.spec.node_of(other) == node:
+                g = self.engine.groups.get(gid)
+                name = f" ({g.name})" if g is not None and g.name else ""
+                raise LiveRunError(
+                    f"ranks {other} and {rank} of node {node} both run their NCCL collectives on group {gid}{name} "
+                    f"on CUDA device {device}: NCCL refuses the communicator (DistBackendError, ncclInvalidUsage: "
+                    f"\"Duplicate GPU detected : rank {rank} and rank {other} both on CUDA device {device}\"). "
+                    f"Each process of a node needs its own GPU: call torch.cuda.set_device(int(os.environ"
+                    f"[\"LOCAL_RANK\"])) before the first collective, or pass device_id to init_process_group")
 
     def _feed(self, lr: LiveRank, rows: list, sigs: list) -> None:
         sig_map = lr.sig_map

@@ -8,6 +8,8 @@ rank -> server
     ("ops", rows, sigs)                          ops in program order (see `encode`); sigs: new (local id, key) pairs
     ("wait", rows, sigs)                         same, the last row is a blocking op; answered ("time", t)
     ("group", gid, ranks, name)                  a process group (after the ops that precede its creation)
+    ("device", gid, index)                       the CUDA device of the rank's first NCCL collective on gid;
+                                                 not answered
     ("event", event_id)                          completion time of a recorded event; answered ("time", t | None)
     ("exchange", rows, sigs, gid, seq, kind, payload)
                                                  ops up to a collective, and its real values (sent together, so

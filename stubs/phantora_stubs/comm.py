@@ -64,9 +64,17 @@ class GroupRegistry:
         return self._by_name.get(str(name))
 
 
-def launch(ctx, kind: OpKind, name: str, group: GroupInfo, nbytes: int, arg: int = -1) -> int:
-    """Emit a collective / p2p op on the group's stream, ordered after the current stream; returns its event."""
+def launch(ctx, kind: OpKind, name: str, group: GroupInfo, nbytes: int, arg: int = -1,
+           device: int | None = None) -> int:
+    """Emit a collective / p2p op on the group's stream, ordered after the current stream; returns its event.
+    `device`: the CUDA device of an NCCL collective's tensors; the first on each group is told to the runtime, which
+    refuses two ranks of a node on one device as NCCL's communicator does (`Runtime.note_device`)."""
     rt, dev = ctx.runtime, ctx.dev
+    if device is not None and kind == OpKind.COLLECTIVE:
+        noted = ctx.extras.setdefault("nccl_devices", set())
+        if group.gid not in noted:
+            noted.add(group.gid)
+            rt.note_device(group.gid, int(device))
     cur = dev.stream()
     e1 = dev.new_event_id()
     rt.submit(Op(OpKind.EVENT_RECORD, stream=cur, arg=e1, cpu_delta=METER.claim()))

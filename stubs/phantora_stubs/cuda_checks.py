@@ -6,6 +6,12 @@ simulation too, with the GPU's message, instead of running on as something it is
   mix, and fp32 weights with a half input (mixed precision) pass both ways (measured on an H200:
   groundtruth/deepspeed/bn_dtypes.py, h200x2/bn_dtypes.txt). DeepSpeed's bf16 engine casts a model's parameters but
   not its buffers, so a ResNet trained that way stops in its first backward on a real GPU.
+- A random op given a generator of another device type: each kernel takes its device's generator
+  (`at::check_generator<CPUGeneratorImpl>` / `<CUDAGeneratorImpl>`, ATen/core/Generator.h) and raises "Expected a
+  'cpu' device type for generator but found 'cuda'" (or the reverse). A shuffled DataLoader given
+  `generator=torch.Generator(device="cuda")` stops there on a GPU host (its seed is drawn with `random_` of a host
+  tensor). The simulation's CUDA generators are CPU generators underneath (cuda_rng.py), and a fake kernel ignores
+  its generator, so without this check both ran.
 """
 
 from __future__ import annotations
@@ -31,6 +37,27 @@ def _batch_norm_backward(args: tuple, kwargs: dict) -> None:
         if isinstance(t, torch.Tensor) and t.dtype != w.dtype:
             raise RuntimeError(f"Expected {stat} to have type {_NAMES.get(w.dtype, str(w.dtype))} but got "
                                f"{_NAMES.get(t.dtype, str(t.dtype))}")
+
+
+def generator_device(name: str, gen: Any, args: tuple, kwargs: dict) -> None:
+    """Raise as `check_generator` does when random op `name`'s generator is of another device type than the op's kernel:
+    its `device` argument, else its first tensor argument's device, else the host. `randperm` on CUDA is
+    left alone (some releases draw small permutations on the host)."""
+    from .cuda_rng import generator_device_type
+    gen_type = generator_device_type(gen)
+    if gen_type not in ("cpu", "cuda"):
+        return
+    dev = kwargs.get("device")
+    if dev is not None:
+        op_type = torch.device(dev).type
+    else:
+        first = next((a for a in args if isinstance(a, torch.Tensor)), None)
+        op_type = first.device.type if first is not None else "cpu"
+    if op_type not in ("cpu", "cuda") or op_type == gen_type:
+        return
+    if op_type == "cuda" and name == "randperm":
+        return
+    raise RuntimeError(f"Expected a '{op_type}' device type for generator but found '{gen_type}'")
 
 
 CHECKS: dict[str, Callable[[tuple, dict], None]] = {

@@ -43,6 +43,7 @@ class CudaGenerator(torch.Generator):
         self._index = _index(device)
         self._seed = DEFAULT_SEED
         self._offset = 0
+        _mark(self)
 
     @property
     def device(self) -> torch.device:
@@ -96,12 +97,34 @@ class CudaGenerator(torch.Generator):
 
     def __setstate__(self, st):
         self._index, self._seed, self._offset = st["index"], st["seed"], st["offset"]
+        _mark(self)
 
     def __reduce__(self):
         return (CudaGenerator, (self._index,), self.__getstate__())
 
     def __repr__(self) -> str:
         return f"<torch._C.Generator object (cuda:{self._index}) at {id(self):#x}>"
+
+
+# A generator reaches an op's kernel through C++, which hands the dispatch mode a new Python object of the same
+# C++ generator, a CPU one: the CudaGenerator's own attributes are gone. Its C++ seed, which the program never sets
+# (CudaGenerator keeps the seed it is given in Python), names it instead.
+_MARK_BASE = 0x5048414E544F0000          # "PHANTO" and a device index in the low 16 bits
+
+
+def _mark(gen: "CudaGenerator") -> None:
+    _TorchGenerator.manual_seed(gen, _MARK_BASE + gen._index)
+
+
+def generator_device_type(gen: Any) -> str | None:
+    """The device type of the generator an op's kernel received: "cuda" for a simulated CUDA generator (its C++ seed
+    carries the mark), else the generator's own device type."""
+    try:
+        if _TorchGenerator.initial_seed(gen) & ~0xFFFF == _MARK_BASE:
+            return "cuda"
+    except (TypeError, RuntimeError):
+        return None
+    return getattr(getattr(gen, "device", None), "type", None)
 
 
 def _state_bytes(new_state: Any) -> bytes | None:

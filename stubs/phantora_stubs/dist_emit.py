@@ -68,6 +68,17 @@ def _dispatch_device_type(tensors: Any) -> str | None:
     return sorted(types)[0]
 
 
+def _nccl_device(pg: Any, tensors: Any) -> int | None:
+    """The CUDA device an NCCL communicator of `pg` serves for a collective of these tensors (NCCL is the group's
+    CUDA backend), or None."""
+    if not getattr(pg, "_phantora_nccl", False):
+        return None
+    for t in _flat(tensors):
+        if t.device.type == "cuda":
+            return t.device.index if t.device.index is not None else context.get().dev.device()
+    return None
+
+
 def _forget(tensors: Any) -> None:
     for t in _flat(tensors):
         VALUES.drop(t)
@@ -198,7 +209,7 @@ class EmissionMixin:
         """A collective or transfer of tensors on a device the group has no backend for fails as c10d's
         `ProcessGroup::getBackend` makes it fail (torch/csrc/distributed/c10d/ProcessGroup.cpp): an all-reduce of a
         CPU tensor on an NCCL-only group raises "No backend type associated with device type cpu" on a GPU run. The
-        devices are those of the backend string the group was made with (dist_group_creation._backend_devices:
+        devices are those of the backend string the group was made with (dist_group_creation._backend_map:
         "nccl" CUDA; "gloo" and "cpu:gloo,cuda:nccl" CPU and CUDA; the default backend what torch's BackendConfig
         gives it, from torch 2.6 only the detected accelerator's: CUDA)."""
         served = getattr(self, "_phantora_devices", None) or getattr(self, "default_devices", None)
@@ -214,7 +225,8 @@ class EmissionMixin:
         ctx = context.get()
         METER.enter()
         try:
-            event = comm.launch(ctx, OpKind.COLLECTIVE, name, self._info, nbytes, root)
+            event = comm.launch(ctx, OpKind.COLLECTIVE, name, self._info, nbytes, root,
+                                device=_nccl_device(self, result))
         finally:
             METER.exit()
         return PhantoraWork(event, result, blocking)

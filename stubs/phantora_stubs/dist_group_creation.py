@@ -65,23 +65,25 @@ def _wrap_new_process_group_helper(c10d) -> None:
         finally:
             _PENDING.value = prev
         pg = out[0] if isinstance(out, tuple) else out
-        devices = _backend_devices(bound.arguments.get("backend"))
-        if devices and hasattr(pg, "default_devices"):        # a simulated group: the devices its backends serve
-            pg._phantora_devices = devices
+        backends = _backend_map(bound.arguments.get("backend"))
+        if backends and hasattr(pg, "default_devices"):       # a simulated group: the devices its backends serve
+            pg._phantora_devices = tuple(backends)
+            pg._phantora_nccl = backends.get("cuda") == "nccl"
         return out
 
     _new_process_group_helper.__phantora__ = True    # type: ignore[attr-defined]
     c10d._new_process_group_helper = _new_process_group_helper
 
 
-def _backend_devices(backend: Any) -> tuple[str, ...]:
-    """The device types a backend string serves ("nccl": cuda; "gloo": cpu and cuda; "cpu:gloo,cuda:nccl": both)."""
+def _backend_map(backend: Any) -> dict[str, str]:
+    """The backend of each device type a backend string serves ("nccl": cuda; "gloo": cpu and cuda;
+    "cpu:gloo,cuda:nccl": both)."""
     if not backend:
-        return ()
+        return {}
     try:
-        return tuple(dist.BackendConfig(dist.Backend(str(backend))).get_device_backend_map())
+        return {k: str(v) for k, v in dist.BackendConfig(dist.Backend(str(backend))).get_device_backend_map().items()}
     except (ValueError, RuntimeError, TypeError):
-        return ()
+        return {}
 
 
 def _wrap_new_group(c10d) -> None:

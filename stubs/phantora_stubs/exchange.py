@@ -73,6 +73,9 @@ _REDUCE = {"SUM": "sum", "AVG": "avg", "MAX": "max", "MIN": "min", "PRODUCT": "p
 
 
 def reduce_kind(opts: Any) -> str | None:
+    """The reduction of a c10d collective's options, or of a functional collective's `reduce_op` string."""
+    if isinstance(opts, str):
+        return _REDUCE.get(opts.upper())
     op = getattr(opts, "reduceOp", dist.ReduceOp.SUM) if opts is not None else dist.ReduceOp.SUM
     name = getattr(op, "name", None) or str(op).rsplit(".", 1)[-1]
     if hasattr(op, "op"):                     # a ReduceOp instance wrapping RedOpType
@@ -190,6 +193,40 @@ def all_to_all_into(gid: int, output: torch.Tensor, input: torch.Tensor, in_spli
         chunks.append(rows[start:start + splits[me]])
     _store([output], [np.concatenate(chunks)])
     return True
+
+
+def functional(name: str, gid: int, args: tuple, kwargs: dict, out: Any, me: int, size: int) -> None:
+    """Known values through a functional collective (`_c10d_functional.*`, as DTensor and `funcol` issue them): its
+    output is a new tensor (the input itself for the in-place forms), which receives what the c10d collective of
+    the same name gives. The host does not wait for the collective here: reading the output waits for it
+    (`wait_tensor`, then the read's synchronisation)."""
+    inp = args[0] if args else kwargs.get("input")
+    if not isinstance(inp, torch.Tensor) or not isinstance(out, torch.Tensor):
+        return                                   # the coalesced forms: their outputs are new, with no value
+    if name in ("all_reduce", "all_reduce_"):
+        op = args[1] if len(args) > 1 else kwargs.get("reduce_op")
+        if not _small([inp]):
+            return
+        kind = reduce_kind(op) if isinstance(op, str) else None
+        payload = _payload([inp]) if kind else None
+        _store([out], _exchange(gid, kind, payload, None) if payload is not None else None)
+    elif name in ("all_gather_into_tensor", "all_gather_into_tensor_out"):
+        if not all_gather_into(gid, out, inp, None):
+            _store([out], None)
+    elif name == "reduce_scatter_tensor":
+        op = args[1] if len(args) > 1 else kwargs.get("reduce_op")
+        if not reduce_scatter_into(gid, out, inp, op, me, size, None):
+            _store([out], None)
+    elif name in ("broadcast", "broadcast_"):
+        root = args[1] if len(args) > 1 else kwargs.get("src", 0)
+        if out is not inp:                       # the functional form's output starts as the input
+            value = VALUES.get(inp)
+            if value is None:
+                VALUES.drop(out)
+            else:
+                with unset_fake_temporarily():
+                    VALUES.write(out, value)
+        broadcast(gid, [out], int(root), me, None)
 
 
 _P2P_COUNT: dict[tuple[int, int, int], int] = {}

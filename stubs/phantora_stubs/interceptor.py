@@ -83,6 +83,15 @@ _FCOLL_NAMES = {
 }
 
 
+def _process_group(group_name: Any) -> Any:
+    """The simulated process group registered under `group_name` (c10d's registry), or None."""
+    try:
+        pg = torch.distributed.distributed_c10d._resolve_process_group(str(group_name))
+    except (RuntimeError, AttributeError, ValueError):
+        return None
+    return pg if hasattr(pg, "_check_backend_device") else None
+
+
 def _packet_name(func: Any) -> str:
     packet = getattr(func, "_overloadpacket", None)
     if packet is not None:
@@ -239,6 +248,9 @@ class Interceptor(TorchDispatchMode):
         cat = self._cats.get(func)
         if cat is None:
             cat = self._cats[func] = _classify(func)
+        gen = kwargs.get("generator")
+        if gen is not None:
+            cuda_checks.generator_device(_packet_name(func), gen, args, kwargs)
         if cat <= COPY and func is not _LIFT_FRESH and _real_host_op(args, kwargs):
             with unset_fake_temporarily():
                 return func(*args, **kwargs)
@@ -634,7 +646,6 @@ class Interceptor(TorchDispatchMode):
 
     # -- functional collectives ---------------------------------------------------------------------------------
     def _functional_collective(self, func, args, kwargs):
-        out = self._run(func, args, kwargs)
         name = _packet_name(func)
         coll = _FCOLL_NAMES.get(name)
         if coll is None:
@@ -649,6 +660,10 @@ class Interceptor(TorchDispatchMode):
         if info is None:
             raise UnsupportedOpError(f"phantora: functional collective {func} at {user_location(2)} names process "
                                      f"group {group_name!r}, which was not created through the phantora backend")
+        pg = _process_group(group_name)
+        if pg is not None:            # c10d runs it through the group: a device it has no backend for is refused
+            pg._check_backend_device(args[0] if args else [])
+        out = self._run(func, args, kwargs)
         inputs = _tensors(args[0]) if args else []
         nbytes = sum(t.numel() * t.element_size() for t in inputs)
         root = -1
@@ -662,7 +677,10 @@ class Interceptor(TorchDispatchMode):
         if coll == "all_to_all":
             event = self._all_to_all(args, kwargs, info, nbytes, out)
         else:
-            event = comm.launch(self.ctx, OpKind.COLLECTIVE, coll, info, nbytes, root)
+            event = comm.launch(self.ctx, OpKind.COLLECTIVE, coll, info, nbytes, root,
+                                device=_cuda_index(outs) if getattr(pg, "_phantora_nccl", False) else None)
+            if pg is not None:
+                exchange.functional(name, info.gid, args, kwargs, out, pg._rank, info.size)
         for t in outs:
             self._pending[t] = event
         return out

@@ -92,6 +92,9 @@ class RemoteRuntime(Runtime):
         self._send_ops()
         self._send(("group", gid, list(ranks), name))
 
+    def note_device(self, gid: int, device: int) -> None:
+        self._send(("device", gid, int(device)))
+
     def submit(self, op: Op) -> None:
         k = op.kind
         if k in SYNC_KINDS or (k == OpKind.MEMCPY and op.arg == Memcpy.D2H):

@@ -109,6 +109,11 @@ class Runtime(abc.ABC):
     def group_size(self, gid: int) -> int:
         return self.world_size
 
+    def note_device(self, gid: int, device: int) -> None:
+        """This rank's first NCCL collective on group `gid` runs on CUDA device `device`. A live run's server
+        refuses two ranks of one node on the same device (NCCL's "Duplicate GPU detected"); a rank simulated alone
+        has no peers to compare with."""
+
     def put_object(self, key: tuple, payload: Any) -> None:
         """Post the objects of a point-to-point object send; key = (gid, src, dst, n), n counting per pair."""
 

@@ -11,6 +11,7 @@ p.add_argument("--mode", required=True)
 args = p.parse_args()
 dist.init_process_group("nccl")
 rank = dist.get_rank()
+torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
 x = torch.ones(1024 * (1 + rank if args.mode == "mismatch" else 1), device="cuda")
 dist.all_reduce(x)
 if rank == 1 and args.mode == "raise":
