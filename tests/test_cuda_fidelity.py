@@ -97,6 +97,27 @@ SCRIPT = textwrap.dedent('''
 
 
     probe("gen/dataloader_cuda", lambda: shuffled_loader("cuda"))
+
+
+    # ---- a generator's state sent from rank 0 to the others through the GPU (accelerate's synchronize_rng_state)
+    def synced_generator():
+        g = torch.Generator().manual_seed(100 + rank)
+        state = g.get_state().to("cuda")
+        dist.broadcast(state, 0)
+        g.set_state(state.cpu())
+        return torch.randperm(40, generator=g).tolist()
+
+
+    def synced_default_generator():
+        torch.manual_seed(100 + rank)
+        state = torch.get_rng_state().to("cuda")
+        dist.broadcast(state, 0)
+        torch.set_rng_state(state.cpu())
+        return torch.randperm(40).tolist()
+
+
+    probe("gen/synced_generator", synced_generator)
+    probe("gen/synced_default_generator", synced_default_generator)
     probe("gen/dataloader_cpu", lambda: shuffled_loader("cpu"))
 
     # ---- collectives of CPU tensors: each group's backends decide which devices it serves
@@ -279,6 +300,16 @@ def test_a_random_op_refuses_a_generator_of_the_other_device_type(fidelity):
         loader = torch.utils.data.DataLoader(data, batch_size=5, shuffle=True,
                                              generator=torch.Generator().manual_seed(0))
         assert answer(res, "gen/dataloader_cpu") == [b[0].tolist() for b in loader]
+
+
+def test_a_generator_state_broadcast_through_the_gpu_sets_every_rank_to_rank_0s_generator(fidelity):
+    # accelerate's synchronize_rng_state: get_state() (5,056 bytes), .to(device), broadcast from rank 0, .cpu(),
+    # set_state: on a GPU host every rank then draws what rank 0's generator draws, as plain PyTorch draws it here
+    import torch
+    expected = torch.randperm(40, generator=torch.Generator().manual_seed(100)).tolist()
+    for res in fidelity:
+        assert answer(res, "gen/synced_generator") == expected
+        assert answer(res, "gen/synced_default_generator") == expected
 
 
 def test_functional_collectives_carry_small_values_and_refuse_cpu_tensors_on_nccl(fidelity):

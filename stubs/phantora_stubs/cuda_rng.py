@@ -167,18 +167,55 @@ def _new_generator(device: Any = None) -> torch.Generator:
     generator of that device, the current one for "cuda" (createCUDAGenerator: seed default_rng_seed_val, offset 0,
     "The device_index is invalid." for a device the host lacks); every other device torch's own generator."""
     if device is None:
-        return _TorchGenerator()
+        return HostGenerator()
     dev = device
     if isinstance(dev, int) and not isinstance(dev, bool):
         dev = torch.device("cuda", dev)          # an integer names a device of the accelerator (CUDA)
     elif isinstance(dev, str):
         dev = torch.device(dev)
     if not (isinstance(dev, torch.device) and dev.type == "cuda"):
-        return _TorchGenerator(device)
+        return HostGenerator(device) if torch.device(dev).type == "cpu" else _TorchGenerator(device)
     idx = current_device() if dev.index is None else dev.index
     if not 0 <= idx < device_count():
         raise RuntimeError("The device_index is invalid.")
     return CudaGenerator(idx)
+
+
+def host_state(new_state: Any) -> Any:
+    """A generator state C++ can read: a fake host tensor (a state that went to the GPU and back: accelerate
+    broadcasts its DataLoader generator's state from rank 0 so) is replaced by its known value (values.py)."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    from .values import VALUES
+    if not isinstance(new_state, FakeTensor):
+        return new_state
+    value = VALUES.get(new_state)
+    if value is None:
+        raise RuntimeError("phantora: set_state was given a generator state computed on the simulated GPU from data "
+                           "the simulation does not have; a state made by get_state() keeps its value through "
+                           "copies and collectives (docs/stubs.md, 'Values and placeholders')")
+    return value
+
+
+class HostGenerator(_TorchGenerator):
+    """torch's CPU generator, as `torch.Generator()` and `torch.Generator("cpu")` make it, whose `set_state` also
+    takes a state tensor that went through the simulated GPU (`host_state`). It pickles as torch's own generator."""
+
+    def set_state(self, new_state: torch.Tensor) -> "HostGenerator":
+        _TorchGenerator.set_state(self, host_state(new_state))
+        return self
+
+    def __reduce__(self):
+        cls, args, state = _TorchGenerator.__reduce__(self)
+        return _TorchGenerator, args, state
+
+
+def _set_host_rng_state(original):
+    @functools.wraps(original)
+    def set_rng_state(new_state: torch.Tensor) -> None:
+        return original(host_state(new_state))
+    set_rng_state.__phantora__ = True             # type: ignore[attr-defined]
+    return set_rng_state
 
 
 class _GeneratorMeta(type(_TorchGenerator)):
@@ -209,9 +246,13 @@ Generator.__qualname__ = Generator.__name__ = "Generator"
 
 
 def install_generator_class() -> None:
-    """`torch.Generator` becomes the stand-in (idempotent); `torch._C.Generator` stays torch's."""
+    """`torch.Generator` becomes the stand-in and `torch.set_rng_state` takes a state that went through the GPU
+    (idempotent); `torch._C.Generator` stays torch's."""
     if torch.Generator is not Generator:
         torch.Generator = Generator
+    if not getattr(torch.random.set_rng_state, "__phantora__", False):
+        torch.random.set_rng_state = _set_host_rng_state(torch.random.set_rng_state)
+        torch.set_rng_state = torch.random.set_rng_state
 
 
 def _generator(device: Any = "cuda") -> CudaGenerator:

@@ -32,6 +32,10 @@ SMALL_NUMEL = 64
 SMALL_INT_NUMEL = 4096
 """Integer and bool tensors carry metadata (ids, sizes, counts, index lists such as DeepSpeed's parameter-id lists
 that ZeRO-3 broadcasts and compares), not model data: their values are kept up to this many elements."""
+STATE_BYTES = 8192
+"""uint8 tensors hold generator states (the CPU generator's is 5,056 bytes, a CUDA one's 16): their values are kept up to
+this many elements wherever they live, so that a state sent to the GPU, broadcast and brought back (accelerate
+agrees on its DataLoader's generator so) still reads as the state it was."""
 HOST_INT_NUMEL = 1 << 24
 """Integer and bool tensors on the host hold index data: a sampler's permutation of a dataset's samples
 (`torch.randperm(len(dataset))`), token ids. Their values are kept up to this many elements (128 MiB as int64), so
@@ -53,13 +57,14 @@ def storage_key(t: torch.Tensor) -> int:
 
 def small_enough(t: torch.Tensor) -> bool:
     """Whether a tensor is small enough for a value computed from known ones to be kept (`SMALL_NUMEL`;
-    `SMALL_INT_NUMEL` for integers, `HOST_INT_NUMEL` for integers on the host)."""
+    `SMALL_INT_NUMEL` for integers, `HOST_INT_NUMEL` for integers on the host, `STATE_BYTES` for uint8)."""
     n = t.numel()
     if n <= SMALL_NUMEL:
         return True
     if t.dtype.is_floating_point or t.dtype.is_complex:
         return False
-    return n <= SMALL_INT_NUMEL or (n <= HOST_INT_NUMEL and t.device.type == "cpu")
+    return n <= SMALL_INT_NUMEL or (n <= HOST_INT_NUMEL and t.device.type == "cpu") or \
+        (n <= STATE_BYTES and t.dtype == torch.uint8)
 
 
 def small_buffer(t: torch.Tensor) -> bool:
