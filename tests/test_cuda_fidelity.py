@@ -86,6 +86,10 @@ SCRIPT = textwrap.dedent('''
     probe("gen/normal_cuda_cpu", lambda: str(torch.empty(3, device="cuda").normal_(generator=torch.Generator()).device))
     probe("gen/randn_cuda_cuda", lambda: str(torch.randn(3, device="cuda",
                                                          generator=torch.Generator(device="cuda")).device))
+    probe("gen/randperm_cuda_cpu", lambda: torch.randperm(10, device="cuda", generator=torch.Generator()).shape[0])
+    probe("gen/randperm_out_cuda", lambda: str(torch.randperm(10, generator=torch.Generator(device="cuda"),
+                                                              out=torch.empty(10, dtype=torch.long,
+                                                                              device="cuda")).device))
     probe("gen/randperm_cpu_cpu", lambda: torch.randperm(10, generator=torch.Generator().manual_seed(3)).tolist())
 
 
@@ -116,6 +120,48 @@ SCRIPT = textwrap.dedent('''
         return torch.randperm(40).tolist()
 
 
+    # ---- random draws on the GPU: from the device's generator, whose offset advances per kernel
+    def cuda_reseed():
+        torch.cuda.manual_seed(5)
+        a = torch.randint(0, 1000, (8,), device="cuda").tolist()
+        torch.cuda.manual_seed(5)
+        b = torch.randint(0, 1000, (8,), device="cuda").tolist()
+        c = torch.randint(0, 1000, (8,), device="cuda").tolist()
+        return [a == b, a == c]
+
+
+    def cuda_offsets():
+        torch.cuda.manual_seed(5)
+        gen = torch.cuda.default_generators[torch.cuda.current_device()]
+        out = [gen.get_offset()]
+        for n in (10, 2_000_000, 0, 300_000_000):
+            torch.empty(n, device="cuda").normal_()
+            out.append(gen.get_offset())
+        return out
+
+
+    def host_untouched():
+        torch.manual_seed(7)
+        torch.randint(0, 1000, (8,), device="cuda")
+        torch.rand(1000, device="cuda")
+        return torch.randperm(10).tolist()
+
+
+    def state_restore():
+        g = torch.Generator(device="cuda").manual_seed(9)
+        state = g.get_state()
+        a = torch.randint(0, 1000, (8,), device="cuda", generator=g).tolist()
+        g.set_state(state)
+        return a == torch.randint(0, 1000, (8,), device="cuda", generator=g).tolist()
+
+
+    probe("rng/cuda_reseed", cuda_reseed)
+    probe("rng/cuda_offsets", cuda_offsets)
+    probe("rng/host_untouched", host_untouched)
+    probe("rng/state_restore", state_restore)
+    probe("rng/sms", lambda: [torch.cuda.get_device_properties(0).multi_processor_count,
+                              torch.cuda.get_device_properties(0).max_threads_per_multi_processor,
+                              torch.cuda.get_device_name(0)])
     probe("gen/synced_generator", synced_generator)
     probe("gen/synced_default_generator", synced_default_generator)
     probe("gen/dataloader_cpu", lambda: shuffled_loader("cpu"))
@@ -287,13 +333,15 @@ def test_a_random_op_refuses_a_generator_of_the_other_device_type(fidelity):
         rank = res["rank"]
         for name in ("gen/randperm_cuda", "gen/random_cpu_cuda"):
             assert raised(res, name) == ("RuntimeError", GEN_MISMATCH.format("cpu", "cuda")), name
-        for name in ("gen/randn_cuda_cpu", "gen/normal_cuda_cpu"):
+        # randperm on CUDA draws its keys with random_ on the device (aten/src/ATen/native/cuda/Randperm.cu)
+        for name in ("gen/randn_cuda_cpu", "gen/normal_cuda_cpu", "gen/randperm_cuda_cpu"):
             assert raised(res, name) == ("RuntimeError", GEN_MISMATCH.format("cuda", "cpu")), name
         # a shuffled DataLoader draws its base seed with random_ of a host tensor from the loader's generator
         # (torch/utils/data/dataloader.py, _share_dist_seed): a CUDA generator stops it there
         assert raised(res, "gen/dataloader_cuda") == ("RuntimeError", GEN_MISMATCH.format("cpu", "cuda"))
         # generators of the op's own device run, drawing what plain PyTorch draws on the host
         assert answer(res, "gen/randn_cuda_cuda") == f"cuda:{rank}"
+        assert answer(res, "gen/randperm_out_cuda") == f"cuda:{rank}"      # the out= tensor's device decides
         assert answer(res, "gen/randperm_cpu_cpu") == torch.randperm(
             10, generator=torch.Generator().manual_seed(3)).tolist()
         data = torch.utils.data.TensorDataset(torch.arange(20))
@@ -327,3 +375,33 @@ def test_functional_collectives_carry_small_values_and_refuse_cpu_tensors_on_ncc
         assert answer(res, "nccl/funcol_all_gather") == [1.0, 2.0]
         assert answer(res, "nccl/funcol_reduce_scatter") == [[30.0], [300.0]][rank]
         assert answer(res, "nccl/funcol_broadcast") == [5.0]
+
+
+def _philox_increment(numel: int, sms: int) -> int:
+    # ATen/native/cuda/DistributionTemplates.h: calc_execution_policy(numel) gives blocks of 256 threads, grid =
+    # min(SMs x (maxThreadsPerMultiProcessor / 256), ceil(numel / 256)) (2048 threads per SM on an H100), and
+    # counter_offset = ((numel - 1) / (256 x grid x curand4_engine_calls) + 1) x curand4_engine_calls, with
+    # curand4_engine_calls = 4; an empty tensor launches nothing
+    if numel == 0:
+        return 0
+    grid = min(sms * (2048 // 256), (numel + 255) // 256)
+    return ((numel - 1) // (256 * grid * 4) + 1) * 4
+
+
+def test_random_draws_on_the_gpu_come_from_the_device_generator(fidelity):
+    import torch
+    for res in fidelity:
+        # reseeding the CUDA generator draws the same numbers again; drawing on draws new ones
+        assert answer(res, "rng/cuda_reseed") == [True, False]
+        # the offset advances per kernel as the distribution kernels advance it
+        sms, threads, name = answer(res, "rng/sms")
+        assert "H100" in name and sms == 132 and threads == 2048      # the default cluster's GPU (SXM5: 132 SMs)
+        offsets, total = [0], 0
+        for n in (10, 2_000_000, 0, 300_000_000):
+            total += _philox_increment(n, sms)
+            offsets.append(total)
+        assert answer(res, "rng/cuda_offsets") == offsets
+        # draws on the GPU leave the host's generator alone: the host draws what plain PyTorch draws after the seed
+        torch.manual_seed(7)
+        assert answer(res, "rng/host_untouched") == torch.randperm(10).tolist()
+        assert answer(res, "rng/state_restore") is True

@@ -261,11 +261,16 @@ def test_mismatch_report_names_where_each_rank_issued_the_collective():
 
 DUPLICATE = """\
 import os
+if os.environ.get("VISIBLE"):
+    os.environ["CUDA_VISIBLE_DEVICES"] = os.environ["LOCAL_RANK"]
 import torch
 import torch.distributed as dist
 dist.init_process_group("nccl")
 if os.environ.get("SET_DEVICE"):
     torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+if os.environ.get("MESH"):
+    from torch.distributed.device_mesh import init_device_mesh
+    init_device_mesh("cuda", (2,))
 x = torch.ones(8, device="cuda")
 dist.all_reduce(x)
 print("RESULT", dist.get_rank(), torch.cuda.current_device(), x.tolist())
@@ -283,13 +288,16 @@ def test_two_ranks_of_a_node_on_one_gpu_fail_as_nccl_refuses_them(tmp_path):
     assert "Duplicate GPU detected" in proc.stderr and "both on CUDA device 0" in proc.stderr, proc.stderr[-3000:]
     assert "ranks 0 and 1 of node 0" in proc.stderr or "ranks 1 and 0 of node 0" in proc.stderr
     assert "RESULT" not in proc.stdout
-    # one process per GPU: the same program runs, and so do two ranks on device 0 of two nodes
-    for args, env in ((("--gpus-per-node", "2"), {"SET_DEVICE": "1"}), (("--nodes", "2", "--gpus-per-node", "1"), {})):
+    # one process per GPU: the same program runs with set_device, with a DeviceMesh made before CUDA is used (its
+    # world setup sets the device from LOCAL_RANK when CUDA is not initialised: torch/distributed/device_mesh.py),
+    # and with each process shown only its own GPU (CUDA_VISIBLE_DEVICES); two ranks on device 0 of two nodes too
+    two = ("--gpus-per-node", "2")
+    for args, env, own in ((two, {"SET_DEVICE": "1"}, True), (two, {"MESH": "1"}, True), (two, {"VISIBLE": "1"}, False),
+                           (("--nodes", "2", "--gpus-per-node", "1"), {}, False)):
         proc = phantora_run(*args, "--no-trace", "--", "python", str(script), env_extra=env)
-        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert proc.returncode == 0, (env, proc.stderr[-3000:])
         lines = sorted(line.split("RESULT ", 1)[1] for line in proc.stdout.splitlines() if "RESULT " in line)
-        device = (lambda r: r) if env else (lambda r: 0)
-        assert lines == [f"{r} {device(r)} {[2.0] * 8}" for r in (0, 1)], proc.stdout[-2000:]
+        assert lines == [f"{r} {r if own else 0} {[2.0] * 8}" for r in (0, 1)], (env, proc.stdout[-2000:])
 
 
 def test_deadlock_report_shows_each_rank_and_its_transfer():

@@ -215,5 +215,7 @@ def install_torch(ctx: context.Context) -> None:
     from . import saving
     when_imported("safetensors", saving.patch_safetensors_root)
     when_imported("safetensors.torch", saving.patch_safetensors)
+    from . import dcp_async
+    when_imported("torch.distributed.checkpoint.state_dict_saver", dcp_async.patch_state_dict_saver)
     fake.patch_distributed(sys.modules["torch.distributed"])
     clock.METER.reset()

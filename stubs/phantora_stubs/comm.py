@@ -13,6 +13,7 @@ and waiting on it (Work.wait(), wait_tensor) makes the current stream wait for e
 
 from __future__ import annotations
 
+import os
 import threading
 from dataclasses import dataclass
 
@@ -74,7 +75,9 @@ def launch(ctx, kind: OpKind, name: str, group: GroupInfo, nbytes: int, arg: int
         noted = ctx.extras.setdefault("nccl_devices", set())
         if group.gid not in noted:
             noted.add(group.gid)
-            rt.note_device(group.gid, int(device))
+            physical = _physical_gpu(int(device))
+            if physical is not None:
+                rt.note_device(group.gid, physical)
     cur = dev.stream()
     e1 = dev.new_event_id()
     rt.submit(Op(OpKind.EVENT_RECORD, stream=cur, arg=e1, cpu_delta=METER.claim()))
@@ -96,6 +99,18 @@ def launch(ctx, kind: OpKind, name: str, group: GroupInfo, nbytes: int, arg: int
     e2 = dev.new_event_id()
     rt.submit(Op(OpKind.EVENT_RECORD, stream=group.comm_stream, arg=e2))
     return e2
+
+
+def _physical_gpu(index: int) -> int | None:
+    """The GPU of the host that CUDA device `index` of this process is: through CUDA_VISIBLE_DEVICES when the process
+    sets it (a process given "3" sees that GPU as device 0); None where it names GPUs by UUID."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is None or not visible.strip():
+        return index
+    parts = [p.strip() for p in visible.split(",")]
+    if index >= len(parts) or not parts[index].isdigit():
+        return None
+    return int(parts[index])
 
 
 def join(ctx, event_id: int) -> None:

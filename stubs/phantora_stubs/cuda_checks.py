@@ -40,9 +40,9 @@ def _batch_norm_backward(args: tuple, kwargs: dict) -> None:
 
 
 def generator_device(name: str, gen: Any, args: tuple, kwargs: dict) -> None:
-    """Raise as `check_generator` does when random op `name`'s generator is of another device type than the op's kernel:
-    its `device` argument, else its first tensor argument's device, else the host. `randperm` on CUDA is
-    left alone (some releases draw small permutations on the host)."""
+    """Raise as `check_generator` does when random op `name`'s generator is of another device type than the op's
+    kernel: its `device` argument, else its first tensor argument's device (`out=` among them), else the host.
+    `randperm` on CUDA draws through `random_` on the device (Randperm.cu), so it checks too."""
     from .cuda_rng import generator_device_type
     gen_type = generator_device_type(gen)
     if gen_type not in ("cpu", "cuda"):
@@ -51,11 +51,9 @@ def generator_device(name: str, gen: Any, args: tuple, kwargs: dict) -> None:
     if dev is not None:
         op_type = torch.device(dev).type
     else:
-        first = next((a for a in args if isinstance(a, torch.Tensor)), None)
-        op_type = first.device.type if first is not None else "cpu"
+        first = next((a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)), None)
+        op_type = first.device.type if first is not None else "cpu"     # a tensor argument, or `out=`
     if op_type not in ("cpu", "cuda") or op_type == gen_type:
-        return
-    if op_type == "cuda" and name == "randperm":
         return
     raise RuntimeError(f"Expected a '{op_type}' device type for generator but found '{gen_type}'")
 

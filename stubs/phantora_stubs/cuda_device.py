@@ -75,6 +75,17 @@ def set_device(device: Any) -> None:
     if idx >= 0:
         _check_index(idx)
         _ctx().dev.set_device(idx)
+        _ctx().extras["device_selected"] = True
+
+
+def device_selected() -> bool:
+    """Whether the program has chosen its device or used CUDA (what a real CUDA context's lazy initialisation
+    follows): `torch.cuda.set_device` was called or a CUDA tensor was made. `is_initialized()` answers True from
+    the start (the simulated device needs no initialisation); DeviceMesh asks this instead (fake.py)."""
+    if _ctx().extras.get("device_selected"):
+        return True
+    from .cuda_memory import max_memory_reserved
+    return max_memory_reserved() > 0
 
 
 def _check_index(idx: int) -> None:
@@ -122,6 +133,17 @@ class device_of(device):
         super().__init__(idx)
 
 
+# Per compute capability (CUDA C++ Programming Guide, "Technical Specifications per Compute Capability"): resident
+# threads per SM, shared memory per SM (what cudaDevAttrMaxSharedMemoryPerMultiprocessor answers) and the most one
+# block may opt in to, in bytes.
+_SM_LIMITS = {
+    (7, 0): (2048, 98304, 98304), (7, 5): (1024, 65536, 65536),
+    (8, 0): (2048, 167936, 166912), (8, 6): (1536, 102400, 101376), (8, 7): (2048, 167936, 166912),
+    (8, 9): (1536, 102400, 101376), (9, 0): (2048, 233472, 232448), (10, 0): (2048, 233472, 232448),
+    (12, 0): (1536, 102400, 101376),
+}
+
+
 class _DeviceProperties:
     """What torch.cuda.get_device_properties returns, from the GPU preset."""
 
@@ -137,11 +159,13 @@ class _DeviceProperties:
         self.is_multi_gpu_board = 0
         self.warp_size = 32
         self.max_threads_per_block = 1024
-        self.max_threads_per_multi_processor = 2048 if major >= 8 else 1024
+        threads, smem_sm, smem_block = _SM_LIMITS.get((major, minor), _SM_LIMITS[(9, 0)] if major >= 9 else
+                                                     _SM_LIMITS[(8, 0)])
+        self.max_threads_per_multi_processor = threads
         self.regs_per_multiprocessor = 65536
         self.shared_memory_per_block = 49152
-        self.shared_memory_per_block_optin = 232448 if major >= 9 else 166912
-        self.shared_memory_per_multiprocessor = 233472 if major >= 9 else 167936
+        self.shared_memory_per_block_optin = smem_block
+        self.shared_memory_per_multiprocessor = smem_sm
         self.clock_rate = int(gpu.boost_clock_mhz * 1000)
         self.memory_clock_rate = 0
         self.memory_bus_width = 0

@@ -9,16 +9,18 @@ construction for a CUDA device gives a `CudaGenerator` and for any other device 
 
 from __future__ import annotations
 
+import contextlib
 import functools
-
+import itertools
 import random
 import struct
+import weakref
 from typing import Any
 
 import torch
 
 from .clock import unmetered
-from .cuda_device import _check_index, _ctx, _index, current_device, device_count
+from .cuda_device import _check_index, _ctx, _index, current_device, device_count, get_device_properties
 
 
 # ---- RNG -------------------------------------------------------------------------------------------------------------
@@ -31,8 +33,8 @@ class CudaGenerator(torch.Generator):
 
     Its state is what PyTorch's CUDA (Philox) generator keeps, the seed and the offset, and `get_state()` is the same
     16-byte uint8 tensor (seed, offset as little-endian 64-bit integers). `graphsafe_get_state()` / `clone_state()`
-    return a generator holding a copy of the state, `graphsafe_set_state()` takes one back. Random kernels on fake
-    tensors do not advance the offset (no numbers are drawn). The object is a `torch.Generator`, so it can be passed
+    return a generator holding a copy of the state, `graphsafe_set_state()` takes one back. A random kernel advances
+    the offset as PyTorch's distribution kernels do (`draw_generator`). The object is a `torch.Generator`, so it can be passed
     as `generator=` to random ops (their fake kernels ignore it)."""
 
     def __new__(cls, device: Any = None):
@@ -108,23 +110,84 @@ class CudaGenerator(torch.Generator):
 
 # A generator reaches an op's kernel through C++, which hands the dispatch mode a new Python object of the same
 # C++ generator, a CPU one: the CudaGenerator's own attributes are gone. Its C++ seed, which the program never sets
-# (CudaGenerator keeps the seed it is given in Python), names it instead.
-_MARK_BASE = 0x5048414E544F0000          # "PHANTO" and a device index in the low 16 bits
+# (CudaGenerator keeps the seed it is given in Python), names it instead: a mark and a serial number.
+_MARK_BASE = 0x5048414E << 32            # "PHAN" above a 32-bit serial number
+_BY_SERIAL: "weakref.WeakValueDictionary[int, CudaGenerator]" = weakref.WeakValueDictionary()
+_SERIALS = itertools.count(1)
 
 
 def _mark(gen: "CudaGenerator") -> None:
-    _TorchGenerator.manual_seed(gen, _MARK_BASE + gen._index)
+    serial = next(_SERIALS) & 0xFFFFFFFF
+    _BY_SERIAL[serial] = gen
+    _TorchGenerator.manual_seed(gen, _MARK_BASE + serial)
+
+
+def _simulated_cuda(gen: Any) -> "CudaGenerator | None":
+    """The simulated CUDA generator that `gen` (as an op's kernel received it) is, or None."""
+    try:
+        seed = _TorchGenerator.initial_seed(gen)
+    except (TypeError, RuntimeError):
+        return None
+    if seed >> 32 != _MARK_BASE >> 32:
+        return None
+    return _BY_SERIAL.get(seed & 0xFFFFFFFF)
 
 
 def generator_device_type(gen: Any) -> str | None:
     """The device type of the generator an op's kernel received: "cuda" for a simulated CUDA generator (its C++ seed
     carries the mark), else the generator's own device type."""
-    try:
-        if _TorchGenerator.initial_seed(gen) & ~0xFFFF == _MARK_BASE:
-            return "cuda"
-    except (TypeError, RuntimeError):
-        return None
+    if _simulated_cuda(gen) is not None:
+        return "cuda"
     return getattr(getattr(gen, "device", None), "type", None)
+
+
+# PyTorch's distribution and dropout kernels (ATen/native/cuda/DistributionTemplates.h calc_execution_policy,
+# Dropout.cu): blocks of 256 threads, at most as many as the SMs hold resident, each thread drawing 4 numbers per
+# Philox call (curand4_engine_calls) for `unroll` elements.
+_BLOCK, _UNROLL = 256, 4
+
+
+def philox_increment(numel: int, sms: int, threads_per_sm: int) -> int:
+    """How far one random kernel over `numel` elements advances its generator's offset: ((numel - 1) / (block x
+    grid x 4) + 1) x 4, grid = min(SMs x resident blocks per SM, ceil(numel / block)); 0 for an empty tensor."""
+    if numel <= 0:
+        return 0
+    grid = max(1, min(sms * (threads_per_sm // _BLOCK), -(-numel // _BLOCK)))
+    return ((numel - 1) // (_BLOCK * grid * _UNROLL) + 1) * _UNROLL
+
+
+@contextlib.contextmanager
+def host_draws(gen: torch.Generator):
+    """Within: the host's default generator draws as `gen` (the ops that take no generator draw from it), then
+    returns to its own state."""
+    default = torch.default_generator
+    if gen is default:
+        yield
+        return
+    saved = default.get_state()
+    default.set_state(gen.get_state())
+    try:
+        yield
+    finally:
+        default.set_state(saved)
+
+
+def draw_generator(gen: Any, device: int, numel: int) -> torch.Generator:
+    """A random kernel of `numel` elements on CUDA device `device`, given `gen` (None: the device's default generator):
+    its generator's offset advances as PyTorch's kernel advances it, and the returned host generator, seeded from the
+    generator's seed and offset before the kernel, draws the values a small random tensor is given (values.py). The
+    numbers are not Philox's; what holds as on a GPU is that reseeding (`torch.cuda.manual_seed`) or restoring a state
+    draws the same numbers again, and that the host's generator is not used."""
+    cuda_gen = _simulated_cuda(gen) if gen is not None else _generators()[device]
+    host = _TorchGenerator()
+    if cuda_gen is None:                     # another kind of generator: its own draws
+        return gen
+    props = get_device_properties(cuda_gen._index)
+    seed, offset = cuda_gen._seed, cuda_gen._offset
+    host.manual_seed((seed * 0x9E3779B97F4A7C15 + offset) & (2**63 - 1))
+    cuda_gen._offset = offset + philox_increment(numel, props.multi_processor_count,
+                                                 props.max_threads_per_multi_processor)
+    return host
 
 
 def _state_bytes(new_state: Any) -> bytes | None:
@@ -167,55 +230,18 @@ def _new_generator(device: Any = None) -> torch.Generator:
     generator of that device, the current one for "cuda" (createCUDAGenerator: seed default_rng_seed_val, offset 0,
     "The device_index is invalid." for a device the host lacks); every other device torch's own generator."""
     if device is None:
-        return HostGenerator()
+        return _TorchGenerator()
     dev = device
     if isinstance(dev, int) and not isinstance(dev, bool):
         dev = torch.device("cuda", dev)          # an integer names a device of the accelerator (CUDA)
     elif isinstance(dev, str):
         dev = torch.device(dev)
     if not (isinstance(dev, torch.device) and dev.type == "cuda"):
-        return HostGenerator(device) if torch.device(dev).type == "cpu" else _TorchGenerator(device)
+        return _TorchGenerator(device)
     idx = current_device() if dev.index is None else dev.index
     if not 0 <= idx < device_count():
         raise RuntimeError("The device_index is invalid.")
     return CudaGenerator(idx)
-
-
-def host_state(new_state: Any) -> Any:
-    """A generator state C++ can read: a fake host tensor (a state that went to the GPU and back: accelerate
-    broadcasts its DataLoader generator's state from rank 0 so) is replaced by its known value (values.py)."""
-    from torch._subclasses.fake_tensor import FakeTensor
-
-    from .values import VALUES
-    if not isinstance(new_state, FakeTensor):
-        return new_state
-    value = VALUES.get(new_state)
-    if value is None:
-        raise RuntimeError("phantora: set_state was given a generator state computed on the simulated GPU from data "
-                           "the simulation does not have; a state made by get_state() keeps its value through "
-                           "copies and collectives (docs/stubs.md, 'Values and placeholders')")
-    return value
-
-
-class HostGenerator(_TorchGenerator):
-    """torch's CPU generator, as `torch.Generator()` and `torch.Generator("cpu")` make it, whose `set_state` also
-    takes a state tensor that went through the simulated GPU (`host_state`). It pickles as torch's own generator."""
-
-    def set_state(self, new_state: torch.Tensor) -> "HostGenerator":
-        _TorchGenerator.set_state(self, host_state(new_state))
-        return self
-
-    def __reduce__(self):
-        cls, args, state = _TorchGenerator.__reduce__(self)
-        return _TorchGenerator, args, state
-
-
-def _set_host_rng_state(original):
-    @functools.wraps(original)
-    def set_rng_state(new_state: torch.Tensor) -> None:
-        return original(host_state(new_state))
-    set_rng_state.__phantora__ = True             # type: ignore[attr-defined]
-    return set_rng_state
 
 
 class _GeneratorMeta(type(_TorchGenerator)):
@@ -246,13 +272,9 @@ Generator.__qualname__ = Generator.__name__ = "Generator"
 
 
 def install_generator_class() -> None:
-    """`torch.Generator` becomes the stand-in and `torch.set_rng_state` takes a state that went through the GPU
-    (idempotent); `torch._C.Generator` stays torch's."""
+    """`torch.Generator` becomes the stand-in (idempotent); `torch._C.Generator` stays torch's."""
     if torch.Generator is not Generator:
         torch.Generator = Generator
-    if not getattr(torch.random.set_rng_state, "__phantora__", False):
-        torch.random.set_rng_state = _set_host_rng_state(torch.random.set_rng_state)
-        torch.set_rng_state = torch.random.set_rng_state
 
 
 def _generator(device: Any = "cuda") -> CudaGenerator:

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch._subclasses.fake_tensor import unset_fake_temporarily
+from torch.utils import _pytree as pytree
 
 from phantora.engine.ops import Op, OpKind
 
@@ -202,7 +203,9 @@ def functional(name: str, gid: int, args: tuple, kwargs: dict, out: Any, me: int
     (`wait_tensor`, then the read's synchronisation)."""
     inp = args[0] if args else kwargs.get("input")
     if not isinstance(inp, torch.Tensor) or not isinstance(out, torch.Tensor):
-        return                                   # the coalesced forms: their outputs are new, with no value
+        for t in pytree.tree_leaves(out):        # the coalesced forms: outputs (the inputs, in place) unknown
+            VALUES.drop(t)
+        return
     if name in ("all_reduce", "all_reduce_"):
         op = args[1] if len(args) > 1 else kwargs.get("reduce_op")
         if not _small([inp]):

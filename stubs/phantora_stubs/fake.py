@@ -157,6 +157,27 @@ def patch_device_mesh(module: Any) -> None:
     fn = getattr(module, "init_device_mesh", None)
     if fn is not None and not getattr(fn, "__phantora__", False):
         module.init_device_mesh = _unfaked(fn)
+    setup = getattr(cls, "_setup_world_group_and_device", None)
+    if setup is not None and not getattr(setup, "__phantora_device__", False):
+        cls._setup_world_group_and_device = _selecting_device(setup)
+
+
+def _selecting_device(setup: Any) -> Any:
+    """DeviceMesh's world setup sets the process's CUDA device when CUDA is not initialised yet (the program has not
+    chosen one): `LOCAL_RANK`, else the global rank modulo the host's GPUs (torch/distributed/device_mesh.py). The
+    simulated CUDA answers `is_initialized()` True from the start, so the choice is made here, on the same rule,
+    where the program has neither set a device nor made a CUDA tensor (cuda_device.device_selected)."""
+    @functools.wraps(setup)
+    def _setup_world_group_and_device(self, *args: Any, **kwargs: Any) -> Any:
+        from . import cuda_device
+        if getattr(self, "_device_type", None) == "cuda" and not cuda_device.device_selected():
+            if "LOCAL_RANK" in os.environ:
+                cuda_device.set_device(int(os.environ["LOCAL_RANK"]))
+            elif torch.distributed.is_initialized():
+                cuda_device.set_device(torch.distributed.get_rank() % cuda_device.device_count())
+        return setup(self, *args, **kwargs)
+    _setup_world_group_and_device.__phantora_device__ = True      # type: ignore[attr-defined]
+    return _setup_world_group_and_device
 
 
 def patch_tensor_receiving(module: Any) -> None:

@@ -43,13 +43,13 @@ from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.weak import WeakIdKeyDictionary
 
-from . import alltoall, comm, cuda_checks, exchange, host_compute, syncbn_ops
+from . import alltoall, comm, cuda_checks, cuda_rng, exchange, host_compute, syncbn_ops
 from .clock import METER
 from .compiled import SILENT
 from .clock import REAL as _REAL_CLOCKS
 from .errors import UnsupportedOpError, user_location
 from .routes import ROUTES
-from .values import VALUES, placeholder_scalar, storage_key
+from .values import VALUES, placeholder_scalar, small_enough, storage_key
 
 # op categories (cached per op overload)
 VIEW, KERNEL, COPY, ITEM, DD_SCALAR, DD_SHAPE, FCOLL, FWAIT, PASS, SDPA, HOP, PIN, INDEX = range(13)
@@ -81,6 +81,18 @@ _FCOLL_NAMES = {
     "reduce_scatter_tensor": "reduce_scatter", "reduce_scatter_tensor_coalesced": "reduce_scatter",
     "all_to_all_single": "all_to_all", "broadcast": "broadcast", "broadcast_": "broadcast",
 }
+
+
+_NO_DRAWS = contextlib.nullcontext()
+_RANDOM: dict[Any, bool] = {}
+
+
+def _random(func: Any) -> bool:
+    """Whether an op draws random numbers (tagged nondeterministic_seeded: the distributions, dropout, randperm...)."""
+    r = _RANDOM.get(func)
+    if r is None:
+        r = _RANDOM[func] = torch.Tag.nondeterministic_seeded in getattr(func, "tags", ())
+    return r
 
 
 def _process_group(group_name: Any) -> Any:
@@ -382,12 +394,20 @@ class Interceptor(TorchDispatchMode):
         device = _cuda_index(outs)
         if device is None:
             device = _cuda_index(_tensors((args, kwargs)))
+        draws = _NO_DRAWS
         if device is not None:
             mem = self.mem.track(outs)
             self._emit_kernel(func, args, kwargs, device, mem)
+            if _random(func) and outs:         # the device's generator draws it, as on a GPU (cuda_rng.py)
+                host = cuda_rng.draw_generator(kwargs.get("generator"), device, outs[0].numel())
+                if kwargs.get("generator") is not None:
+                    kwargs = {**kwargs, "generator": host}
+                if all(small_enough(o) for o in outs):     # a value is drawn: an overload without a generator
+                    draws = cuda_rng.host_draws(host)      # draws from the host's default one
         else:
             self._host_compute(func, _tensors((args, kwargs)), outs)
-        VALUES.after_op(func, name, args, kwargs, out)
+        with draws:
+            VALUES.after_op(func, name, args, kwargs, out)
         if name in syncbn_ops.UPDATES_RUNNING_STATS:
             syncbn_ops.forget_running_stats(name, args, kwargs)   # written in place, undeclared by the schema
         return out
@@ -461,6 +481,13 @@ class Interceptor(TorchDispatchMode):
                 if pageable and direction == Memcpy.H2D:
                     self.rt.advance_cpu(duration)
         VALUES.after_op(func, name, args, kwargs, out)
+        if name == "_to_copy" and ddev.type == "cpu" and out.dtype == torch.uint8:
+            # a byte buffer downloaded with a known value (a generator's state, values.STATE_BYTES) arrives as a
+            # real host tensor, which C++ can read: `Generator.set_state` of a state broadcast from rank 0
+            known = VALUES.get(out)
+            if known is not None:
+                with unset_fake_temporarily():
+                    return known.clone()
         return out
 
     def _copy_cost(self, func, args, kwargs, pageable: bool = False, non_blocking: bool = False

@@ -4,7 +4,8 @@ Fake tensors have no data. A side table (weak-keyed by the fake tensor) keeps a 
 tensors (at most `SMALL_NUMEL` elements; integer and bool tensors up to `SMALL_INT_NUMEL`, on the host up to
 `HOST_INT_NUMEL`) whose value is known on the host:
 - tensors made from host data (`torch.tensor([3.5])`, `torch.full((1,), 2.0)`, `torch.arange(4)`...), including
-  small random tensors (`torch.randint(0, 10, (1,))`: drawn from the CPU generator);
+  small random tensors (`torch.randint(0, 10, (1,))`: on the host drawn from the host's generator, on the GPU from
+  the device's, cuda_rng.draw_generator);
 - results of any op all of whose tensor inputs have a known value (elementwise ops, reductions, copies between
   devices, views, in-place updates), computed on the CPU copies.
 An op that writes into a tensor with a known value from inputs without one forgets that value.
