@@ -211,6 +211,17 @@ SCRIPT = textwrap.dedent('''
     probe("nccl/funcol_all_gather", lambda: funcol.all_gather_tensor(one([rank + 1.0]), 0, g).tolist())
     probe("nccl/funcol_reduce_scatter", lambda: funcol.reduce_scatter_tensor(
         one([10.0 * (rank + 1), 100.0 * (rank + 1)]), "sum", 0, g).tolist())
+    def coalesced(in_place):
+        ts = [one([rank + 1.0]), one([10.0 * (rank + 1), 1.0])]
+        op = torch.ops._c10d_functional.all_reduce_coalesced_ if in_place else \
+            torch.ops._c10d_functional.all_reduce_coalesced
+        outs = op(ts, "sum", g.group_name)
+        outs = ts if in_place else outs
+        return [funcol.wait_tensor(t).tolist() for t in outs]
+
+
+    probe("nccl/funcol_all_reduce_coalesced", lambda: coalesced(False))
+    probe("nccl/funcol_all_reduce_coalesced_", lambda: coalesced(True))
     probe("nccl/funcol_broadcast", lambda: funcol.broadcast(one([rank + 5.0]), 0, g).tolist())
     probe("nccl/barrier", lambda: dist.barrier(group=groups["nccl"]))
     probe("nccl/all_gather_object", lambda: (lambda out: (dist.all_gather_object(out, rank, group=groups["nccl"]),
@@ -375,6 +386,8 @@ def test_functional_collectives_carry_small_values_and_refuse_cpu_tensors_on_ncc
         assert answer(res, "nccl/funcol_all_gather") == [1.0, 2.0]
         assert answer(res, "nccl/funcol_reduce_scatter") == [[30.0], [300.0]][rank]
         assert answer(res, "nccl/funcol_broadcast") == [5.0]
+        for form in ("nccl/funcol_all_reduce_coalesced", "nccl/funcol_all_reduce_coalesced_"):
+            assert answer(res, form) == [[3.0], [30.0, 2.0]], form
 
 
 def _philox_increment(numel: int, sms: int) -> int:

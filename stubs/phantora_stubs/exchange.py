@@ -196,14 +196,31 @@ def all_to_all_into(gid: int, output: torch.Tensor, input: torch.Tensor, in_spli
     return True
 
 
+def _start_as(out: torch.Tensor, inp: torch.Tensor) -> None:
+    """`out` holds `inp`'s known value (or is unknown), as a functional collective's new output starts."""
+    value = VALUES.get(inp)
+    if value is None:
+        VALUES.drop(out)
+    else:
+        with unset_fake_temporarily():
+            VALUES.write(out, value)
+
+
 def functional(name: str, gid: int, args: tuple, kwargs: dict, out: Any, me: int, size: int) -> None:
     """Known values through a functional collective (`_c10d_functional.*`, as DTensor and `funcol` issue them): its
     output is a new tensor (the input itself for the in-place forms), which receives what the c10d collective of
     the same name gives. The host does not wait for the collective here: reading the output waits for it
     (`wait_tensor`, then the read's synchronisation)."""
     inp = args[0] if args else kwargs.get("input")
+    if name in ("all_reduce_coalesced", "all_reduce_coalesced_") and isinstance(inp, (list, tuple)):
+        outs = list(inp) if name.endswith("_") else [t for t in pytree.tree_leaves(out)]
+        if outs is not inp and len(outs) == len(inp):     # the outputs start as the inputs
+            for i, o in zip(inp, outs):
+                _start_as(o, i)
+        all_reduce(gid, outs, args[1] if len(args) > 1 else kwargs.get("reduce_op"), None)
+        return
     if not isinstance(inp, torch.Tensor) or not isinstance(out, torch.Tensor):
-        for t in pytree.tree_leaves(out):        # the coalesced forms: outputs (the inputs, in place) unknown
+        for t in pytree.tree_leaves(out):        # the other coalesced forms: their outputs unknown
             VALUES.drop(t)
         return
     if name in ("all_reduce", "all_reduce_"):
@@ -223,12 +240,7 @@ def functional(name: str, gid: int, args: tuple, kwargs: dict, out: Any, me: int
     elif name in ("broadcast", "broadcast_"):
         root = args[1] if len(args) > 1 else kwargs.get("src", 0)
         if out is not inp:                       # the functional form's output starts as the input
-            value = VALUES.get(inp)
-            if value is None:
-                VALUES.drop(out)
-            else:
-                with unset_fake_temporarily():
-                    VALUES.write(out, value)
+            _start_as(out, inp)
         broadcast(gid, [out], int(root), me, None)
 
 
