@@ -448,3 +448,19 @@ def test_fake_cuda_library_exports_only_its_c_functions(stub_cache):
     exported = {n for n in names if not n.startswith("_init") and not n.startswith("_fini")}
     assert exported and all(n.startswith("phantora_") for n in exported), sorted(exported)[:20]
     assert {"phantora_force_guard", "phantora_get_stream", "phantora_set_stream"} <= exported
+
+
+@pytest.mark.parametrize("gpu, threads, smem_sm, smem_block", [
+    # CUDA C++ Programming Guide, "Technical Specifications per Compute Capability": 8.0 (A100) 2048 resident threads
+    # and 164 KB shared memory per SM, 163 KB per block opted in; 8.6 (RTX 3090) 1536, 100 KB, 99 KB; 9.0 (H100)
+    # 2048, 228 KB, 227 KB
+    ("a100-sxm-80gb", 2048, 164 * 1024, 163 * 1024),
+    ("rtx-3090", 1536, 100 * 1024, 99 * 1024),
+    ("h100-sxm-80gb", 2048, 228 * 1024, 227 * 1024),
+])
+def test_device_properties_follow_the_compute_capability(gpu, threads, smem_sm, smem_block):
+    from phantora.gpus import load_gpu
+    from phantora_stubs.cuda_device import _DeviceProperties
+    props = _DeviceProperties(load_gpu(gpu), 80 << 30, 0)
+    assert (props.max_threads_per_multi_processor, props.shared_memory_per_multiprocessor,
+            props.shared_memory_per_block_optin) == (threads, smem_sm, smem_block)

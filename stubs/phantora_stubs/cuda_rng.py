@@ -34,8 +34,8 @@ class CudaGenerator(torch.Generator):
     Its state is what PyTorch's CUDA (Philox) generator keeps, the seed and the offset, and `get_state()` is the same
     16-byte uint8 tensor (seed, offset as little-endian 64-bit integers). `graphsafe_get_state()` / `clone_state()`
     return a generator holding a copy of the state, `graphsafe_set_state()` takes one back. A random kernel advances
-    the offset as PyTorch's distribution kernels do (`draw_generator`). The object is a `torch.Generator`, so it can be passed
-    as `generator=` to random ops (their fake kernels ignore it)."""
+    the offset as PyTorch's distribution kernels do (`draw_generator`). The object is a `torch.Generator`, so it can
+    be passed as `generator=` to random ops (their fake kernels ignore it)."""
 
     def __new__(cls, device: Any = None):
         self = super().__new__(cls, device="cpu")
@@ -179,9 +179,9 @@ def draw_generator(gen: Any, device: int, numel: int) -> torch.Generator:
     numbers are not Philox's; what holds as on a GPU is that reseeding (`torch.cuda.manual_seed`) or restoring a state
     draws the same numbers again, and that the host's generator is not used."""
     cuda_gen = _simulated_cuda(gen) if gen is not None else _generators()[device]
-    host = _TorchGenerator()
     if cuda_gen is None:                     # another kind of generator: its own draws
         return gen
+    host = _TorchGenerator()
     props = get_device_properties(cuda_gen._index)
     seed, offset = cuda_gen._seed, cuda_gen._offset
     host.manual_seed((seed * 0x9E3779B97F4A7C15 + offset) & (2**63 - 1))

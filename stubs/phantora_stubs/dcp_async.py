@@ -6,7 +6,7 @@ background thread or process (`AsyncCheckpointerType.THREAD` / `PROCESS`) while 
 future (an `AsyncSaveResponse` with a staging future as well when the stager stages asynchronously). Its stagers
 copy each tensor's storage into host storage through the data pointer a fake tensor does not have, so it fails here.
 
-Simulated (`install` replaces the function): after the same check of a CPU backend, each simulated CUDA tensor is
+Simulated (`patch_state_dict_saver` replaces the function when torch imports it): after the same check of a CPU backend, each simulated CUDA tensor is
 copied to the host on the calling thread, a device-to-host copy on the cluster's PCIe link (to pinned host memory
 when the stager pins, as `DefaultStager(StagingOptions(use_pinned_memory=True))` does), blocking; `dcp.save` then
 writes the host copies with its Python left out of the rank's host work (it runs beside training in a real run;
@@ -18,6 +18,7 @@ part of them in a real run, which this does not model. State dicts without simul
 from __future__ import annotations
 
 import functools
+import sys
 from concurrent.futures import Future
 from typing import Any
 
@@ -95,6 +96,6 @@ def patch_state_dict_saver(module: Any) -> None:
 
     async_save.__phantora__ = True          # type: ignore[attr-defined]
     module.async_save = async_save
-    package = __import__("sys").modules.get("torch.distributed.checkpoint")
+    package = sys.modules.get("torch.distributed.checkpoint")
     if package is not None and getattr(package, "async_save", None) is original:
         package.async_save = async_save
