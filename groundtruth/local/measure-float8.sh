@@ -35,4 +35,8 @@ else
       --compile --float8 tensorwise
   run llama3-8b-fsdp2-s4096-b1-ac-none-compile-f8t  --model llama3-8b --dp-mode fsdp --seq 4096 --batch 1 --ac none \
       --compile --float8 tensorwise
+  run llama3-8b-fsdp2-s4096-b1-ac-none-compile-f8r  --model llama3-8b --dp-mode fsdp --seq 4096 --batch 1 --ac none \
+      --compile --float8 rowwise
+  run llama3.2-1b-fsdp2-s2048-b8-ac-none-f8t        --model llama3.2-1b --dp-mode fsdp --seq 2048 --batch 8 --ac none \
+      --float8 tensorwise
 fi
