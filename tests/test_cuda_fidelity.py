@@ -418,3 +418,62 @@ def test_random_draws_on_the_gpu_come_from_the_device_generator(fidelity):
         torch.manual_seed(7)
         assert answer(res, "rng/host_untouched") == torch.randperm(10).tolist()
         assert answer(res, "rng/state_restore") is True
+
+
+VISIBLE = '''\
+import json
+import os
+
+import torch
+
+rank = int(os.environ["RANK"])
+mine = os.environ.get("MINE_" + str(rank))
+if mine is not None:                      # set by the script after `import torch`, before it first uses CUDA
+    os.environ["CUDA_VISIBLE_DEVICES"] = mine
+res = {"rank": rank}
+try:
+    n = res["count"] = torch.cuda.device_count()
+    res["uuids"] = [str(torch.cuda.get_device_properties(i).uuid) for i in range(n)]
+    res["generators"] = len(torch.cuda.default_generators)
+    os.environ["CUDA_VISIBLE_DEVICES"] = "0"          # too late: CUDA read it when it initialised
+    res["after"] = torch.cuda.device_count()
+    try:
+        torch.cuda.set_device(n)
+        res["beyond"] = "ok"
+    except RuntimeError as exc:
+        res["beyond"] = str(exc)
+except RuntimeError as exc:
+    res["error"] = str(exc)
+print("RESULT " + json.dumps(res))
+'''
+
+
+def test_cuda_visible_devices_is_read_as_cuda_reads_it(tmp_path):
+    # CUDA reads CUDA_VISIBLE_DEVICES when it initialises (CUDA C++ Programming Guide, "CUDA Environment Variables"):
+    # a comma-separated list of ordinals or of "GPU-" UUID prefixes, the devices in that order; the list ends at the
+    # first entry that names no device, and a repeated ordinal hides every device (torch/cuda/__init__.py,
+    # _parse_visible_devices, mirrors both). A process that sees no device has no CUDA at all, which a simulation of
+    # a GPU cluster refuses with a message naming the variable.
+    script = tmp_path / "visible.py"
+    script.write_text(VISIBLE)
+    mine = {"MINE_1": "3,1", "MINE_2": "1,1", "MINE_3": "2,x,0"}
+    proc = phantora_run("--gpus-per-node", "4", "--no-trace", "--", "python", str(script), env_extra=mine)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = {r["rank"]: r for r in results(proc.stdout)}
+    assert sorted(res) == [0, 1, 2, 3], proc.stdout[-2000:]
+    every = res[0]["uuids"]
+    assert res[0]["count"] == 4 and len(set(every)) == 4 and res[0]["generators"] == 4 and res[0]["after"] == 4
+    assert "invalid device ordinal" in res[0]["beyond"]
+    assert (res[1]["count"], res[1]["uuids"], res[1]["generators"], res[1]["after"]) == (2, [every[3], every[1]], 2, 2)
+    assert "CUDA_VISIBLE_DEVICES='3,1'" in res[1]["beyond"] and "invalid device ordinal" in res[1]["beyond"]
+    assert "CUDA_VISIBLE_DEVICES='1,1'" in res[2]["error"] and "none of" in res[2]["error"]
+    assert res[3]["count"] == 1 and res[3]["uuids"] == [every[2]]
+    assert "CUDA_VISIBLE_DEVICES" not in proc.stderr.split("[rank")[0]     # the launcher's environment had none
+    # from the launcher's environment, by UUID prefix and ordinal: every rank, and the launcher says so
+    proc = phantora_run("--gpus-per-node", "4", "--no-trace", "--", "python", str(script),
+                        env_extra={"CUDA_VISIBLE_DEVICES": f"GPU-{every[3][:8]},2"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = {r["rank"]: r for r in results(proc.stdout)}
+    assert sorted(res) == [0, 1, 2, 3]
+    assert all(r["count"] == 2 and r["uuids"] == [every[3], every[2]] for r in res.values()), proc.stdout[-2000:]
+    assert f"CUDA_VISIBLE_DEVICES='GPU-{every[3][:8]},2' of this environment reaches every rank" in proc.stderr

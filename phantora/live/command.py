@@ -257,6 +257,11 @@ def run_cmd(cluster, nodes, gpus_per_node, gpu, overrides, ranks, pp_degree, tra
     click.echo(f"phantora: {spec.world_size} x {spec.gpu} ({spec.name}, {spec.nodes} node(s) x {spec.gpus_per_node}); "
                f"{len(plan.simulated)} rank process(es){note}", err=True)
     click.echo(f"phantora: {VALUES_NOTE}", err=True)
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        click.echo(f"phantora: CUDA_VISIBLE_DEVICES={visible!r} of this environment reaches every rank, as under "
+                   f"torchrun: each rank sees only the GPUs of its simulated host that it names (docs/stubs.md)",
+                   err=True)
     if crowded:
         click.echo(f"phantora: warning: {crowded}", err=True)
     try:

@@ -13,7 +13,6 @@ and waiting on it (Work.wait(), wait_tensor) makes the current stream wait for e
 
 from __future__ import annotations
 
-import os
 import threading
 from dataclasses import dataclass
 
@@ -102,15 +101,11 @@ def launch(ctx, kind: OpKind, name: str, group: GroupInfo, nbytes: int, arg: int
 
 
 def _physical_gpu(index: int) -> int | None:
-    """The GPU of the host that CUDA device `index` of this process is: through CUDA_VISIBLE_DEVICES when the process
-    sets it (a process given "3" sees that GPU as device 0); None where it names GPUs by UUID."""
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is None or not visible.strip():
-        return index
-    parts = [p.strip() for p in visible.split(",")]
-    if index >= len(parts) or not parts[index].isdigit():
-        return None
-    return int(parts[index])
+    """The GPU of the host that CUDA device `index` of this process is (through CUDA_VISIBLE_DEVICES: a process given
+    "3" sees that GPU as device 0); None for an index the process does not have."""
+    from .cuda_device import visible
+    gpus = visible()
+    return gpus[index] if 0 <= index < len(gpus) else None
 
 
 def join(ctx, event_id: int) -> None:

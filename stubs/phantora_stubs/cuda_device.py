@@ -1,6 +1,7 @@
 """The `torch.cuda` device API of the simulated host: availability, device count, current device, properties.
 
-- device count `PHANTORA_LOCAL_DEVICES`, current device kept in sync with the C++ device guard;
+- device count: the simulated host's GPUs (`PHANTORA_LOCAL_DEVICES`) that `CUDA_VISIBLE_DEVICES` shows this process
+  (`visible`), current device kept in sync with the C++ device guard;
 - properties, name and capability from the GPU preset (`PHANTORA_GPU`), memory size from the preset or
   `PHANTORA_VRAM_BYTES`.
 Also the helpers every torch.cuda stand-in uses: the rank's context (`_ctx`) and a device argument as an index
@@ -9,7 +10,9 @@ Also the helpers every torch.cuda stand-in uses: the rank's context (`_ctx`) and
 
 from __future__ import annotations
 
-from typing import Any
+import os
+import re
+from typing import Any, Sequence
 
 import torch
 
@@ -63,7 +66,61 @@ def _is_in_bad_fork() -> bool:
 
 
 def device_count() -> int:
-    return _ctx().dev.device_count
+    return len(visible())
+
+
+def visible() -> list[int]:
+    """The host's GPUs this process sees, in its device order (device i is GPU `visible()[i]` of the simulated
+    host). Read from `CUDA_VISIBLE_DEVICES` the first time it is asked, as CUDA reads it when it initialises, and kept:
+    a script that sets the variable before it first uses CUDA is shown what it asked for."""
+    ctx = _ctx()
+    gpus = ctx.extras.get("visible_gpus")
+    if gpus is None:
+        n = ctx.dev.device_count
+        var = os.environ.get("CUDA_VISIBLE_DEVICES")
+        gpus = visible_gpus(var, n, [str(_DeviceUuid(uuid_name(ctx.gpu, i))) for i in range(n)])
+        if not gpus:
+            raise RuntimeError(f"CUDA_VISIBLE_DEVICES={var!r} shows this process none of the simulated host's {n} "
+                               f"GPUs: on a GPU host torch.cuda.is_available() would answer False and the script "
+                               f"would run without CUDA, which Phantora does not simulate. Name GPUs 0-{n - 1} (or "
+                               f"their UUIDs, torch.cuda.get_device_properties(i).uuid), or leave it unset")
+        ctx.extras["visible_gpus"], ctx.extras["visible_var"] = gpus, var
+        from .cuda_rng import show_generators
+        show_generators(len(gpus))
+    return gpus
+
+
+def visible_gpus(var: str | None, physical: int, uuids: Sequence[str]) -> list[int]:
+    """The GPUs (0 .. physical-1) that `CUDA_VISIBLE_DEVICES` = `var` makes visible, in order, read as CUDA reads it
+    (torch's `_parse_visible_devices` mirrors it): unset, all of them; else a comma-separated list of ordinals, each
+    read like strtoul (its leading digits), or of UUIDs ("GPU-" and a unique prefix of one); the list ends at the
+    first entry that names no GPU of the host (a negative or out-of-range ordinal, an unknown UUID, "MIG-"), and an
+    entry named twice hides every GPU."""
+    if var is None:
+        return list(range(physical))
+    out: list[int] = []
+    for entry in var.split(","):
+        entry = entry.strip()
+        gpu = None
+        if entry.startswith("GPU-"):
+            want = entry[4:].lower()
+            hits = [i for i, u in enumerate(uuids) if want and u.lower().startswith(want)]
+            gpu = hits[0] if len(hits) == 1 else None
+        else:
+            m = re.match(r"\+?\d+", entry)
+            if m and int(m.group()) < physical:
+                gpu = int(m.group())
+        if gpu is None:
+            break
+        if gpu in out:
+            return []
+        out.append(gpu)
+    return out
+
+
+def uuid_name(gpu: Any, index: int) -> str:
+    """What GPU `index` of the simulated host's UUID is made from."""
+    return f"phantora-{gpu.name}-{index}"
 
 
 def current_device() -> int:
@@ -91,8 +148,10 @@ def device_selected() -> bool:
 def _check_index(idx: int) -> None:
     n = device_count()
     if not 0 <= idx < n:
-        raise RuntimeError(f"CUDA error: invalid device ordinal (device {idx}, the simulated host has {n} GPUs; "
-                           f"set PHANTORA_LOCAL_DEVICES)")
+        where = (f"CUDA_VISIBLE_DEVICES={_ctx().extras.get('visible_var')!r} shows this process {n} of the "
+                 f"simulated host's {_ctx().dev.device_count} GPUs" if n != _ctx().dev.device_count else
+                 f"the simulated host has {n} GPUs; set PHANTORA_LOCAL_DEVICES")
+        raise RuntimeError(f"CUDA error: invalid device ordinal (device {idx}; {where})")
 
 
 def _exchange_device(device: int) -> int:
@@ -170,8 +229,8 @@ class _DeviceProperties:
         self.memory_clock_rate = 0
         self.memory_bus_width = 0
         self.gcnArchName = "NVIDIA CUDA"
-        self.uuid = _DeviceUuid(f"phantora-{gpu.name}-{index}")
-        self.pci_bus_id = index
+        self.uuid = _DeviceUuid(uuid_name(gpu, index))     # index: the GPU of the host (what the process sees
+        self.pci_bus_id = index                           # as its device i is visible()[i])
         self.pci_device_id = 0
         self.pci_domain_id = 0
 
@@ -206,7 +265,7 @@ def get_device_properties(device: Any = None) -> _DeviceProperties:
     idx = _index(device)
     _check_index(idx)
     ctx = _ctx()
-    return _DeviceProperties(ctx.gpu, ctx.runtime.allocator.capacity, idx)
+    return _DeviceProperties(ctx.gpu, ctx.runtime.allocator.capacity, visible()[idx])
 
 
 def get_device_name(device: Any = None) -> str:

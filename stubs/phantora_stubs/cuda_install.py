@@ -30,7 +30,7 @@ from .cuda_memory import (_dump_snapshot, _record_memory_history, _snapshot, cac
                           memory_stats_as_nested_dict, reset_accumulated_memory_stats, reset_peak_memory_stats,
                           set_per_process_memory_fraction)
 from .cuda_nvtx import mark, nvtx_range, range_end, range_pop, range_push, range_start
-from .cuda_rng import (_generators, get_rng_state, get_rng_state_all, initial_seed, manual_seed, manual_seed_all,
+from .cuda_rng import (all_generators, get_rng_state, get_rng_state_all, initial_seed, manual_seed, manual_seed_all,
                        seed, seed_all, set_rng_state, set_rng_state_all)
 from .cuda_streams import (CUDAGraph, Event, ExternalStream, Stream, StreamContext, _cuda_graph_unsupported,
                            current_stream, default_stream, is_current_stream_capturing, set_stream, stream,
@@ -101,7 +101,7 @@ def install(ctx) -> None:
         setattr(cuda, name, fn)
     for name in _MEMORY_FUNCS:
         setattr(cuda.memory, name, _CUDA_FUNCS[name])
-    cuda.default_generators = _generators()
+    cuda.default_generators = all_generators()
     cuda._cudart = _CudaRuntime
     for name, fn in _tunable_functions().items():
         if not hasattr(torch._C, name):

@@ -213,11 +213,26 @@ def _real_byte_tensor(data: bytes) -> torch.Tensor:
 
 
 def _generators() -> tuple:
+    """The generators of the devices this process sees (`torch.cuda.default_generators`)."""
+    device_count()                     # CUDA_VISIBLE_DEVICES read (cuda_device.visible), the tuple cut to it
+    return all_generators()
+
+
+def all_generators() -> tuple:
+    """One generator per GPU of the simulated host, made when torch.cuda is installed (`default_generators`
+    before CUDA_VISIBLE_DEVICES is read, which waits for the program's first use of CUDA)."""
     gens = _ctx().extras.get("cuda_generators")
     if gens is None:
-        gens = _ctx().extras["cuda_generators"] = tuple(CudaGenerator(i) for i in range(device_count()))
-        install_generator_class()      # made when torch.cuda is installed (torch.cuda.default_generators)
+        gens = _ctx().extras["cuda_generators"] = tuple(CudaGenerator(i) for i in range(_ctx().dev.device_count))
+        install_generator_class()
     return gens
+
+
+def show_generators(count: int) -> None:
+    """Keep the generators of the first `count` devices, the ones the process sees."""
+    gens = all_generators()[:count]
+    _ctx().extras["cuda_generators"] = gens
+    torch.cuda.default_generators = gens
 
 
 # ---- torch.Generator -------------------------------------------------------------------------------------------------
