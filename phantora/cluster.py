@@ -120,6 +120,10 @@ class HostSpec:
     c_call_ns: float = 0.0                 # a call of a built-in (C) function
     dispatch_us: float = 2.374             # an aten op through PyTorch's dispatcher (kernel, view or metadata op)
     py_line_ns: float = 357.8              # a Python line run (a line starting, or starting again after a jump back)
+    # a compiled region's host work that the simulation does not run (torch.compile: Inductor's wrapper code, which the
+    # simulation replaces; groundtruth/hostcpu/h200x2-compile, docs/compile.md "Host time of a compiled step")
+    generated_launch_us: float = 27.8      # launching a kernel Inductor generated, beyond launch_overhead_us
+    compiled_call_us: float = 213.0        # a call of a compiled region (forward or backward), beyond its launches
     # per element converted between Python data and a tensor (modelled host CPU; groundtruth/hostcpu/conversions-h200/)
     to_tensor_ns: float = 57.7             # torch.tensor / as_tensor / asarray of a Python sequence or scalar
     infer_dtype_ns: float = 67.8           # more, when no dtype is given (the data is walked to infer it)
@@ -136,7 +140,7 @@ class HostSpec:
 
     def validate(self) -> None:
         for key in ("launch_overhead_us", "py_call_ns", "c_call_ns", "dispatch_us", "py_line_ns", "to_tensor_ns",
-                    "infer_dtype_ns", "to_list_ns"):
+                    "infer_dtype_ns", "to_list_ns", "generated_launch_us", "compiled_call_us"):
             check_number(getattr(self, key), f"host.{key}", nonnegative=True)
         check_number(self.cpu_time_scale, "host.cpu_time_scale", nonnegative=True)
         check_number(self.cpu_cores, "host.cpu_cores", positive=True)

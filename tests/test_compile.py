@@ -58,6 +58,19 @@ def test_the_first_call_pays_the_compilation_and_later_calls_do_not(compiled_run
     assert out["second_call_s"] < 0.01
 
 
+def test_a_call_of_a_compiled_region_costs_the_host_its_call_and_its_generated_launches(compiled_run):
+    # A compiled region's wrapper code is not run here (Inductor's Python, Triton's launcher); a host-bound compiled
+    # step on a GPU host pays it per call and per generated kernel (groundtruth/hostcpu/h200x2-compile): the second
+    # call of the chain is one call that launches one generated kernel, which carries that call
+    from phantora.cluster import HostSpec
+    out, sections = compiled_run
+    (kernel,) = sections[2]
+    assert kernel["arg"] == 2                                    # generated, and one call began before it
+    host = HostSpec()
+    assert out["second_call_s"] >= (host.launch_overhead_us + host.generated_launch_us + host.compiled_call_us) * 1e-6
+    assert all(op["arg"] == -1 for op in sections[3])             # eager kernels: none of it
+
+
 def test_a_compiled_block_does_the_eager_matrix_work_with_fewer_kernels_and_less_memory(compiled_run):
     out, sections = compiled_run
     eager, compiled = sections[4], sections[5]

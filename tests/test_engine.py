@@ -41,6 +41,21 @@ def test_kernels_on_one_stream_run_back_to_back_after_launch():
     assert eng.ranks[0].cpu == pytest.approx(k[2][5])       # the sync waits for the stream
 
 
+def test_a_generated_kernel_charges_its_launch_and_the_compiled_calls_it_opens():
+    from phantora.engine.ops import generated_kernel_arg
+    spec = load_cluster("h100-hgx")
+    h = spec.host
+    ops = [Op(K.KERNEL, duration=1e-9, arg=generated_kernel_arg(2)),   # after two calls began (forward, backward)
+           Op(K.KERNEL, duration=1e-9, arg=generated_kernel_arg(0)),   # the same call's next generated kernel
+           Op(K.KERNEL, duration=1e-9),                                 # an aten kernel (an extern kernel, eager)
+           Op(K.SYNC_DEVICE)]
+    eng, recs = run(spec, {0: ops}, simulated=[0])
+    k = by_rank(recs, 0)
+    assert k[0][3] == pytest.approx((h.launch_overhead_us + h.generated_launch_us + 2 * h.compiled_call_us) * 1e-6)
+    assert k[1][3] - k[0][3] == pytest.approx((h.launch_overhead_us + h.generated_launch_us) * 1e-6)
+    assert k[2][3] - k[1][3] == pytest.approx(h.launch_overhead_us * 1e-6)
+
+
 def test_streams_overlap_and_events_order_them():
     spec = load_cluster("h100-hgx")
     ops = [Op(K.KERNEL, stream=0, duration=2e-3), Op(K.EVENT_RECORD, stream=0, arg=1),

@@ -190,6 +190,26 @@ def test_iter_ops_rebuilds_the_op_stream(tmp_path, monkeypatch):
     assert np.array_equal(rows["issue"], times) and np.array_equal(rows["end"], times + 2)
 
 
+def test_an_older_trace_s_generated_kernels_are_found_by_name(tmp_path):
+    # a trace written before KERNEL ops' arg marked the kernels Inductor generated: a kernel named as the simulation
+    # names them (interceptor.emit_fused) is read as generated, so that a replay charges its launch as a live run
+    ops = [Op(OpKind.KERNEL, name="triton_poi_fused_add_0"), Op(OpKind.KERNEL, name="triton_red_fused_sum_1"),
+           Op(OpKind.KERNEL, name="aten.mm.default"), Op(OpKind.MEMCPY, name="triton_poi_x", arg=0)]
+    path = tmp_path / "old.h5"
+    zeros = np.zeros(len(ops))
+    with TraceWriter(path, {}) as w:
+        w.append_op_objects(0, ops, zeros, zeros, zeros)
+    with TraceReader(path) as r:
+        assert r.meta["generated_marked"] is True
+        assert [o.arg for o in r.iter_ops(0)] == [-1, -1, -1, 0]         # this code's traces: as written
+    with h5py.File(path, "r+") as f:
+        meta = json.loads(f[S.META][()])
+        del meta["generated_marked"]
+        f[S.META][()] = json.dumps(meta)
+    with TraceReader(path) as r:
+        assert [o.arg for o in r.iter_ops(0)] == [1, 1, -1, 0]
+
+
 def test_unknown_op_kind_is_reported(tmp_path):
     rows = S.empty_ops(3)
     rows["kind"][1] = 200

@@ -5,19 +5,7 @@
 # Each configuration writes OUT_DIR/<name>.json (the workload's SUMMARY) and OUT_DIR/<name>.log.
 set -u
 OUT=${1:?output directory}
-mkdir -p "$OUT"
-{ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
-  lscpu | grep -E "Model name|^CPU\(s\)|Thread|MHz"
-  python -c "import torch, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda)"
-} > "$OUT/system.txt" 2>&1
-NG=$(nvidia-smi -L | wc -l)
-run() {
-  name=$1; n=$2; shift 2
-  if [ "$n" -gt "$NG" ]; then echo "$name skipped (needs $n GPUs)"; return; fi
-  torchrun --standalone --nproc-per-node "$n" presets/workloads/llama.py --model llama-tiny --steps 12 \
-    --json-out "$OUT/$name.json" "$@" > "$OUT/$name.log" 2>&1
-  echo "$name rc=$?"
-}
+. "$(dirname "$0")/runner.sh"
 T="--seq 256 --batch 1"
 run g1-fsdp-none     1 --dp-mode fsdp $T --ac none
 run g1-fsdp-full     1 --dp-mode fsdp $T --ac full

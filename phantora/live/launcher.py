@@ -218,6 +218,7 @@ def rank_environment(opts: RunOptions, server: EngineServer, rank: int, port: in
         "PHANTORA_RUNTIME": server.address, wire.AUTHKEY_ENV: server.authkey.hex(),
         "PHANTORA_LAUNCH_OVERHEAD_US": repr(spec.host.launch_overhead_us),
         "PHANTORA_CPU_TIME_SCALE": repr(spec.host.cpu_time_scale),
+        "PHANTORA_COMPILED_HOST_US": f"{spec.host.generated_launch_us!r},{spec.host.compiled_call_us!r}",
         "PHANTORA_HOST_MEMORY_GBPS": host_rates_env(spec.host),
         "PHANTORA_HOST_CPU_CORES": str(spec.host.cpu_cores),
         "PHANTORA_DEVICE_MEMORY": devmem.spec_env(spec.device_memory),

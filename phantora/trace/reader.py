@@ -20,7 +20,7 @@ from typing import Any
 import h5py
 import numpy as np
 
-from phantora.engine.ops import CostSource, Op, OpKind
+from phantora.engine.ops import GENERATED_PREFIXES, CostSource, Op, OpKind, generated_kernel_arg
 from phantora.errors import TraceError
 from phantora.gcpause import gc_paused
 from phantora.trace import chunks
@@ -42,6 +42,7 @@ _DIRECT = (("stream", "stream"), ("sig", "sig"), ("duration", "duration"), ("flo
            ("nbytes", "nbytes"), ("group", "group"), ("arg", "arg"), ("cpu_delta", "cpu_delta"),
            ("mem", "mem_delta"), ("host_py", "host_py"), ("host_c", "host_c"), ("host_disp", "host_disp"),
            ("host_line", "host_line"))
+_ARG_COLUMN = [name for name, _ in _DIRECT].index("arg")
 
 
 class _RowOp(Op):
@@ -209,6 +210,16 @@ class TraceReader:
                 ops = self._build_ops(rows, names, rank, lo)
                 yield from ops
 
+    @cached_property
+    def _unmarked_generated(self) -> np.ndarray | None:
+        """In a trace written before KERNEL ops' `arg` marked Inductor's generated kernels: the name ids of those
+        kernels (their launches are charged `[host] generated_launch_us`; the calls of compiled regions, which
+        such a trace does not record, nothing). None for a newer trace, or one with no generated kernel."""
+        if self.meta.get("generated_marked"):
+            return None
+        ids = [i for i, n in enumerate(self.names) if n.startswith(GENERATED_PREFIXES)]
+        return np.asarray(ids, dtype=np.int64) if ids else None
+
     def _build_ops(self, rows: np.ndarray, names: list[str], rank: int, offset: int) -> list[Op]:
         kinds = self._lookup(rows["kind"], _KIND_BY_VALUE, "op kind", rank, offset)
         sources = self._lookup(rows["source"], _SOURCE_BY_VALUE, "cost source", rank, offset)
@@ -217,6 +228,14 @@ class TraceReader:
             raise TraceError(f"{self.path}: rank {rank}: an op names string {int(name_ids.max())}, "
                              f"but the string table has {len(names)} entries")
         columns = [rows[col].tolist() for _, col in _DIRECT]
+        generated = self._unmarked_generated
+        if generated is not None:        # an older trace: its generated kernels are found by name
+            arg = rows["arg"]
+            old = (rows["kind"] == int(OpKind.KERNEL)) & (arg < 0) & np.isin(name_ids, generated)
+            if old.any():
+                arg = arg.copy()
+                arg[old] = generated_kernel_arg(0)
+                columns[_ARG_COLUMN] = arg.tolist()
         op_names = list(map(names.__getitem__, name_ids.tolist()))
         with gc_paused():
             # one positional constructor call per row touches each object once: faster than keyword calls of

@@ -38,6 +38,8 @@ META_KEYS = {
     "rank_map": "list[int]: for every rank 0..world_size-1, the simulated rank that represents it",
     "created": "str: ISO 8601 UTC time the trace was created",
     "mode": "str: 'live' (a framework ran) or 'replay' (re-simulated from another trace)",
+    "generated_marked": "bool: KERNEL ops' `arg` marks the kernels Inductor generated (absent in older traces, "
+                        "whose generated kernels are found by name)",
     "host_cpu": "dict: how the framework's host time was found: mode ('model' or 'measured'), the prices py_call_ns, "
                 "c_call_ns, dispatch_us, py_line_ns (absent in older traces: 0), the conversion prices to_tensor_ns, "
                 "infer_dtype_ns, to_list_ns (absent in older traces), and cpu_time_scale (docs/host-cpu.md)",

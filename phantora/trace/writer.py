@@ -179,6 +179,7 @@ def default_meta(meta: dict[str, Any] | None = None) -> dict[str, Any]:
     out = dict(meta or {})
     out.setdefault("created", datetime.now(timezone.utc).isoformat(timespec="seconds"))
     out.setdefault("mode", "live")
+    out["generated_marked"] = True       # KERNEL ops' arg marks Inductor's generated kernels (engine/ops.py)
     if out["mode"] not in ("live", "replay"):
         raise ValueError(f"trace meta 'mode' must be 'live' or 'replay', got {out['mode']!r}")
     versions = {"phantora": phantora.__version__, "python": platform.python_version(),

@@ -75,6 +75,20 @@ def silent(track: bool):
         SILENT.track = before
 
 
+class _Calls(threading.local):
+    begun = 0          # calls of compiled regions begun since this thread's last generated kernel
+
+
+CALLS = _Calls()
+
+
+def take_calls() -> int:
+    """The compiled-region calls begun since the thread's previous generated kernel (reset): what the next generated
+    kernel carries, so that the engine charges each call's host work (`[host] compiled_call_us`) at its launch."""
+    n, CALLS.begun = CALLS.begun, 0
+    return n
+
+
 class _Stats:
     frames = 0           # frames Dynamo compiled (recompilations included)
     recompiles = 0       # compilations of a frame that had been compiled before (a guard failed)
@@ -334,7 +348,8 @@ class _SimulatedModule:
         return placed
 
     def call(self, args: list) -> Any:
-        METER.enter(1)           # the wrapper's own Python is not the framework's; its launches are charged
+        METER.enter(1)           # the wrapper's own Python is not the framework's; its launches are charged,
+        CALLS.begun += 1         # and the host work of the call itself (`[host] compiled_call_us`)
         try:
             icpt = _CTX.interceptor
             if self.symbolic:

@@ -36,7 +36,7 @@ from dataclasses import replace
 from typing import Any
 
 import torch
-from phantora.engine.ops import CostSource, Memcpy, Op, OpKind
+from phantora.engine.ops import CostSource, Memcpy, Op, OpKind, generated_kernel_arg
 from torch._subclasses.fake_tensor import (DataDependentOutputException, DynamicOutputShapeException, FakeTensor,
                                            UnsupportedOperatorException, _check_for_subclass, unset_fake_temporarily)
 from torch.utils import _pytree as pytree
@@ -324,9 +324,10 @@ class Interceptor(TorchDispatchMode):
         sig = self.coster.Signature(op=f"inductor.{kind}.default", scalars=scalars)
         c = self.coster.cost_signature(sig)
         prefix = "triton_red_" if kind == "reduction" else "triton_poi_"
+        from .compiled import take_calls
         self.rt.submit(Op(OpKind.KERNEL, stream=self.dev.stream(device), name=prefix + name, sig=c.sig_id,
                           duration=c.duration, flops=c.flops, nbytes=int(c.nbytes), cpu_delta=METER.claim(),
-                          source=c.source, mem=0))
+                          source=c.source, mem=0, arg=generated_kernel_arg(take_calls())))
 
     # -- running under the fake mode ----------------------------------------------------------------------------
     def _run(self, func, args, kwargs):
