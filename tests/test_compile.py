@@ -69,6 +69,9 @@ def test_a_call_of_a_compiled_region_costs_the_host_its_call_and_its_generated_l
     host = HostSpec()
     assert out["second_call_s"] >= (host.launch_overhead_us + host.generated_launch_us + host.compiled_call_us) * 1e-6
     assert all(op["arg"] == -1 for op in sections[3])             # eager kernels: none of it
+    # a region with no generated kernel (one matrix product, an extern kernel) still pays for its call
+    assert [op["arg"] for op in sections[-1]] == [-1]
+    assert out["extern_only_call_s"] >= (host.compiled_call_us + host.launch_overhead_us) * 1e-6
 
 
 def test_a_compiled_block_does_the_eager_matrix_work_with_fewer_kernels_and_less_memory(compiled_run):

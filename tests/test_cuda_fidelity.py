@@ -451,14 +451,17 @@ print("RESULT " + json.dumps(res))
 def test_cuda_visible_devices_is_read_as_cuda_reads_it(tmp_path):
     # CUDA reads CUDA_VISIBLE_DEVICES when it initialises (CUDA C++ Programming Guide, "CUDA Environment Variables"):
     # a comma-separated list of ordinals or of "GPU-" UUID prefixes, the devices in that order; the list ends at the
-    # first entry that names no device, and a repeated ordinal hides every device (torch/cuda/__init__.py,
-    # _parse_visible_devices, mirrors both). A process that sees no device has no CUDA at all, which a simulation of
-    # a GPU cluster refuses with a message naming the variable.
+    # first entry that names no device, and a repeated entry hides every device (torch/cuda/__init__.py,
+    # _parse_visible_devices and _device_count_nvml, read it so). A process that sees no device has no CUDA at all,
+    # which a simulation of a GPU cluster refuses with a message naming the variable.
     script = tmp_path / "visible.py"
     script.write_text(VISIBLE)
     mine = {"MINE_1": "3,1", "MINE_2": "1,1", "MINE_3": "2,x,0"}
-    proc = phantora_run("--gpus-per-node", "4", "--no-trace", "--", "python", str(script), env_extra=mine)
+    # the launching machine's own variable names its GPUs, not the simulated host's: left out, and said so
+    proc = phantora_run("--gpus-per-node", "4", "--no-trace", "--", "python", str(script),
+                        env_extra={**mine, "CUDA_VISIBLE_DEVICES": "1"})
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "CUDA_VISIBLE_DEVICES='1' names this machine's GPUs, not the simulated host's" in proc.stderr
     res = {r["rank"]: r for r in results(proc.stdout)}
     assert sorted(res) == [0, 1, 2, 3], proc.stdout[-2000:]
     every = res[0]["uuids"]
@@ -468,12 +471,12 @@ def test_cuda_visible_devices_is_read_as_cuda_reads_it(tmp_path):
     assert "CUDA_VISIBLE_DEVICES='3,1'" in res[1]["beyond"] and "invalid device ordinal" in res[1]["beyond"]
     assert "CUDA_VISIBLE_DEVICES='1,1'" in res[2]["error"] and "none of" in res[2]["error"]
     assert res[3]["count"] == 1 and res[3]["uuids"] == [every[2]]
-    assert "CUDA_VISIBLE_DEVICES" not in proc.stderr.split("[rank")[0]     # the launcher's environment had none
-    # from the launcher's environment, by UUID prefix and ordinal: every rank, and the launcher says so
+    # by UUID prefix: a list that starts with one is read as UUIDs up to the first entry that is not one
     proc = phantora_run("--gpus-per-node", "4", "--no-trace", "--", "python", str(script),
-                        env_extra={"CUDA_VISIBLE_DEVICES": f"GPU-{every[3][:8]},2"})
+                        env_extra={"MINE_0": f"GPU-{every[3][:8]},GPU-{every[0]}", "MINE_1": f"GPU-{every[2][:8]},1",
+                                   "MINE_2": "0,9,0", "MINE_3": "2,9,0"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     res = {r["rank"]: r for r in results(proc.stdout)}
-    assert sorted(res) == [0, 1, 2, 3]
-    assert all(r["count"] == 2 and r["uuids"] == [every[3], every[2]] for r in res.values()), proc.stdout[-2000:]
-    assert f"CUDA_VISIBLE_DEVICES='GPU-{every[3][:8]},2' of this environment reaches every rank" in proc.stderr
+    assert res[0]["uuids"] == [every[3], every[0]] and res[1]["uuids"] == [every[2]], proc.stdout[-2000:]
+    assert "none of" in res[2]["error"]                 # repeated: none, whatever the range
+    assert res[3]["uuids"] == [every[2]]                 # up to the ordinal past the host's GPUs

@@ -259,9 +259,9 @@ def run_cmd(cluster, nodes, gpus_per_node, gpu, overrides, ranks, pp_degree, tra
     click.echo(f"phantora: {VALUES_NOTE}", err=True)
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
-        click.echo(f"phantora: CUDA_VISIBLE_DEVICES={visible!r} of this environment reaches every rank, as under "
-                   f"torchrun: each rank sees only the GPUs of its simulated host that it names (docs/stubs.md)",
-                   err=True)
+        click.echo(f"phantora: CUDA_VISIBLE_DEVICES={visible!r} names this machine's GPUs, not the simulated "
+                   f"host's: the ranks run without it (a script that sets it itself is shown the GPUs it names; "
+                   f"docs/stubs.md)", err=True)
     if crowded:
         click.echo(f"phantora: warning: {crowded}", err=True)
     try:

@@ -206,6 +206,7 @@ def rank_environment(opts: RunOptions, server: EngineServer, rank: int, port: in
     root = project_root()
     env = {k: v for k, v in os.environ.items() if not k.startswith("PHANTORA_") or k in ("PHANTORA_FAKE_CUDA",
                                                                                           "PHANTORA_HOME")}
+    env.pop("CUDA_VISIBLE_DEVICES", None)   # this machine's GPUs, not the simulated host's (a script may set it)
     path = [str(root / "stubs"), str(root)]
     if env.get("PYTHONPATH"):
         path.append(env["PYTHONPATH"])

@@ -89,6 +89,13 @@ def take_calls() -> int:
     return n
 
 
+def _charge_calls() -> None:
+    """Charge the calls no generated kernel will carry, as recorded host time (`[host] compiled_call_us` of the
+    run's host preset; a replay keeps it as recorded)."""
+    from .remote import compiled_host_us
+    host_work(take_calls() * compiled_host_us()[1] * 1e-6)
+
+
 class _Stats:
     frames = 0           # frames Dynamo compiled (recompilations included)
     recompiles = 0       # compilations of a frame that had been compiled before (a guard failed)
@@ -359,6 +366,8 @@ class _SimulatedModule:
             icpt.mem.track([t for t in torch.utils._pytree.tree_leaves(out) if isinstance(t, torch.Tensor)])
         finally:
             METER.exit()
+        if CALLS.begun and not self.kernels:
+            _charge_calls()              # a region of extern kernels only: no generated kernel carries its call
         args.clear()              # Inductor's calling convention: the callee owns (and drops) its inputs
         return out
 

@@ -92,28 +92,37 @@ def visible() -> list[int]:
 
 def visible_gpus(var: str | None, physical: int, uuids: Sequence[str]) -> list[int]:
     """The GPUs (0 .. physical-1) that `CUDA_VISIBLE_DEVICES` = `var` makes visible, in order, read as CUDA reads it
-    (torch's `_parse_visible_devices` mirrors it): unset, all of them; else a comma-separated list of ordinals, each
-    read like strtoul (its leading digits), or of UUIDs ("GPU-" and a unique prefix of one); the list ends at the
-    first entry that names no GPU of the host (a negative or out-of-range ordinal, an unknown UUID, "MIG-"), and an
-    entry named twice hides every GPU."""
+    and as torch reads it for its device count (`_parse_visible_devices`, `_device_count_nvml`): unset, all of them;
+    a list that starts with "GPU-" is of UUIDs (each a unique prefix of one, after "GPU-"), read up to the first entry
+    without that prefix; any other list is of ordinals, each read like strtoul (its leading digits), up to the first
+    that is not one. A repeated entry hides every GPU; the GPUs are those before the first entry that names none of
+    the host's (an unknown UUID, an ordinal past its GPUs)."""
     if var is None:
         return list(range(physical))
+    entries: list[str | int] = []
+    if var.startswith("GPU-"):
+        for entry in var.split(","):
+            if not entry.startswith("GPU-"):
+                break
+            entries.append(entry)
+    else:
+        for entry in var.split(","):
+            m = re.match(r"\+?\d+", entry.strip())
+            if m is None:
+                break
+            entries.append(int(m.group()))
+    if len(set(entries)) < len(entries):
+        return []
     out: list[int] = []
-    for entry in var.split(","):
-        entry = entry.strip()
-        gpu = None
-        if entry.startswith("GPU-"):
+    for entry in entries:
+        if isinstance(entry, str):
             want = entry[4:].lower()
             hits = [i for i, u in enumerate(uuids) if want and u.lower().startswith(want)]
             gpu = hits[0] if len(hits) == 1 else None
         else:
-            m = re.match(r"\+?\d+", entry)
-            if m and int(m.group()) < physical:
-                gpu = int(m.group())
+            gpu = entry if entry < physical else None
         if gpu is None:
             break
-        if gpu in out:
-            return []
         out.append(gpu)
     return out
 

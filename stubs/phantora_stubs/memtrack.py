@@ -39,6 +39,7 @@ class MemoryTracker:
         self.gpu_name = gpu_name
         self._live: dict[int, tuple[int, int]] = {}      # storage key -> (block id, nbytes)
         self._ids = itertools.count(1)
+        self._first = True                                 # no allocation on the GPU yet
 
     @property
     def allocator(self):
@@ -90,6 +91,12 @@ class MemoryTracker:
             fin.atexit = False
 
     def _alloc(self, storage, key: int, nbytes: int, device_index: int | None) -> int:
+        if self._first:                  # CUDA initialises here at the latest: CUDA_VISIBLE_DEVICES is read
+            self._first = False
+            from . import context
+            if context.CTX is not None:
+                from .cuda_device import visible
+                visible()
         block = next(self._ids)
         stream = self.dev.stream(device_index)
         try:
