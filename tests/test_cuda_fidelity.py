@@ -442,6 +442,11 @@ try:
         res["beyond"] = "ok"
     except RuntimeError as exc:
         res["beyond"] = str(exc)
+    try:
+        torch.ones(1, device=f"cuda:{n}")
+        res["tensor_beyond"] = "ok"
+    except RuntimeError as exc:
+        res["tensor_beyond"] = str(exc)
 except RuntimeError as exc:
     res["error"] = str(exc)
 print("RESULT " + json.dumps(res))
@@ -467,6 +472,7 @@ def test_cuda_visible_devices_is_read_as_cuda_reads_it(tmp_path):
     every = res[0]["uuids"]
     assert res[0]["count"] == 4 and len(set(every)) == 4 and res[0]["generators"] == 4 and res[0]["after"] == 4
     assert "invalid device ordinal" in res[0]["beyond"]
+    assert all("invalid device ordinal" in res[r]["tensor_beyond"] for r in (0, 1, 3))    # no tensor there either
     assert (res[1]["count"], res[1]["uuids"], res[1]["generators"], res[1]["after"]) == (2, [every[3], every[1]], 2, 2)
     assert "CUDA_VISIBLE_DEVICES='3,1'" in res[1]["beyond"] and "invalid device ordinal" in res[1]["beyond"]
     assert "CUDA_VISIBLE_DEVICES='1,1'" in res[2]["error"] and "none of" in res[2]["error"]

@@ -63,20 +63,29 @@ def measured_step(path: Path, skip: int = 1) -> float:
     return statistics.median(data["step_times_s"][skip:])
 
 
-def counted_step(trace: Path, skip: int = 1) -> np.ndarray:
-    """Work counted per step on rank 0 of a trace: FEATURES, averaged over the steps after the first `skip`."""
+def counted_step(trace: Path, skip: int = 1, host=None) -> np.ndarray:
+    """Work counted per step on rank 0 of a trace: FEATURES, averaged over the steps after the first `skip`, and
+    last the seconds a step's compiled regions charge at `host`'s prices (a HostSpec; the defaults without one):
+    their generated kernels' launches and their calls (docs/compile.md), a fixed part of the modelled host time."""
+    from phantora.cluster import HostSpec
     from phantora.trace.reader import TraceReader
 
+    host = host or HostSpec()
     with TraceReader(trace) as r:
         ops = r.ops(0)
+        objs = r.op_objects(ops, 0)        # KERNEL args as the engine reads them (older traces' too)
     marks = np.nonzero(ops["kind"] == OpKind.ITER_MARK)[0]
     if len(marks) < skip + 2:
         raise click.ClickException(f"{trace}: {len(marks)} iteration marks, need at least {skip + 2}")
     window = ops[marks[skip] + 1: marks[-1] + 1]
     steps = len(marks) - 1 - skip
     launches = np.isin(window["kind"], [int(k) for k in _LAUNCH_KINDS]).sum()
+    lo = marks[skip] + 1
+    args = np.array([o.arg if o.kind == OpKind.KERNEL else -1 for o in objs[lo:lo + len(window)]])
+    generated = args[args > 0]
+    compiled_s = (len(generated) * host.generated_launch_us + (generated - 1).sum() * host.compiled_call_us) * 1e-6
     return np.array([window["host_py"].sum(), window["host_c"].sum(), window["host_disp"].sum(), launches,
-                     window["host_line"].sum()], dtype=np.float64) / steps
+                     window["host_line"].sum(), compiled_s], dtype=np.float64) / steps
 
 
 def nnls(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -118,10 +127,11 @@ def simulate(name: str, gpus: int, args: list[str], cluster: str, workdir: Path)
 def fit(rows: list[tuple[str, float, np.ndarray]], features: list[str], launch_s: float):
     """Prices (seconds per unit, in FEATURES order; launches at `launch_s`), the modelled step times and the
     leave-one-out relative errors (%)."""
-    a = np.array([f for _, _, f in rows])
+    a = np.array([f[:len(FEATURES)] for _, _, f in rows])
+    fixed = np.array([f[len(FEATURES)] for _, _, f in rows])        # compiled regions' charges (counted_step)
     b = np.array([t for _, t, _ in rows])
     cols = [FEATURES.index(f) for f in features]
-    rest = b - a[:, LAUNCHES] * launch_s
+    rest = b - a[:, LAUNCHES] * launch_s - fixed
     w = 1.0 / b
 
     def solve(mask):
@@ -135,8 +145,8 @@ def fit(rows: list[tuple[str, float, np.ndarray]], features: list[str], launch_s
     for i in range(len(b)):
         mask = np.ones(len(b), bool)
         mask[i] = False
-        loo.append(float((a[i] @ solve(mask) - b[i]) / b[i] * 100))
-    return x, a @ x, loo
+        loo.append(float((a[i] @ solve(mask) + fixed[i] - b[i]) / b[i] * 100))
+    return x, a @ x + fixed, loo
 
 
 def replayed_step(trace: Path, prices: dict) -> float:
@@ -185,7 +195,7 @@ def main(folder, cluster, features, out, measure_sh, traces_dir):
             else:
                 click.echo(f"{name}: simulating ({gpus} GPU(s))", err=True)
                 traces[name] = simulate(name, gpus, args, cluster, workdir)
-            rows.append((name, measured_step(result), counted_step(traces[name])))
+            rows.append((name, measured_step(result), counted_step(traces[name], host=load_cluster(cluster).host)))
         if len(rows) <= len(names):
             raise click.ClickException(f"{len(rows)} configurations: the fit needs more than {len(names)}")
         x, model, loo = fit(rows, names, launch_s)
@@ -201,7 +211,8 @@ def main(folder, cluster, features, out, measure_sh, traces_dir):
         click.echo(f"{name:<22}{f[0]:>10.0f}{f[1]:>10.0f}{f[2]:>8.0f}{f[3]:>8.0f}{f[4]:>10.0f}{t * 1e3:>13.2f}"
                    f"{m * 1e3:>9.2f}"
                    f"{err:>+7.1f}%{lo:>+7.1f}%{step * 1e3:>9.2f}{serr:>+7.1f}%")
-        table.append({"configuration": name, **dict(zip(FEATURES, f.tolist())), "measured_s": t,
+        table.append({"configuration": name, **dict(zip(FEATURES, f.tolist())), "compiled_s": float(f[-1]),
+                      "measured_s": t,
                       "model_s": float(m), "error_pct": err, "loo_error_pct": lo, "simulated_step_s": step,
                       "simulated_error_pct": serr})
     errs = [abs(r["error_pct"]) for r in table]

@@ -159,7 +159,7 @@ def _check_index(idx: int) -> None:
     if not 0 <= idx < n:
         where = (f"CUDA_VISIBLE_DEVICES={_ctx().extras.get('visible_var')!r} shows this process {n} of the "
                  f"simulated host's {_ctx().dev.device_count} GPUs" if n != _ctx().dev.device_count else
-                 f"the simulated host has {n} GPUs; set PHANTORA_LOCAL_DEVICES")
+                 f"the simulated host has {n} GPUs: phantora run --gpus-per-node")
         raise RuntimeError(f"CUDA error: invalid device ordinal (device {idx}; {where})")
 
 

@@ -40,6 +40,7 @@ class MemoryTracker:
         self._live: dict[int, tuple[int, int]] = {}      # storage key -> (block id, nbytes)
         self._ids = itertools.count(1)
         self._first = True                                 # no allocation on the GPU yet
+        self._devices: int | None = None                   # the CUDA devices the process sees (after the first)
 
     @property
     def allocator(self):
@@ -96,7 +97,10 @@ class MemoryTracker:
             from . import context
             if context.CTX is not None:
                 from .cuda_device import visible
-                visible()
+                self._devices = len(visible())
+        if device_index is not None and self._devices is not None and device_index >= self._devices:
+            from .cuda_device import _check_index
+            _check_index(device_index)   # a tensor on a device the process does not have: invalid device ordinal
         block = next(self._ids)
         stream = self.dev.stream(device_index)
         try:

@@ -267,6 +267,8 @@ def compiled_host_us() -> tuple[float, float]:
     try:
         gen, call = (float(x) for x in text.split(","))
     except ValueError:
-        raise StubConfigError(f"{COMPILED_HOST_ENV}={text!r}: expected two numbers, 'GENERATED_US,CALL_US'") \
-            from None
+        gen = call = float("nan")
+    if not (gen >= 0 and call >= 0):     # NaN fails too
+        raise StubConfigError(f"{COMPILED_HOST_ENV}={text!r}: expected two non-negative numbers, "
+                              f"'GENERATED_US,CALL_US'")
     return gen, call
