@@ -53,3 +53,11 @@ def test_local_cases_rerun_the_reference_workload_with_the_records_settings():
         assert flag("--tp") == str(rec.workload.parallelism.tp)
         assert flag("--ac") == {"none": "none", "full": "full", "selective-layer": "selective"}[
             rec.workload.activation_checkpointing]
+        if rec.metrics.oom:
+            continue
+        # compiled and Float8 (with its recipe: options.float8) as the measured run's own config says
+        cfg = json.loads((groundtruth_dir().parent / rec.source.section).read_text())["config"]
+        if "compile" in cfg:                     # runs measured before the workload had the option have neither
+            assert ("--compile" in cmd) == cfg["compile"], path
+        if "float8" in cfg:
+            assert (flag("--float8") if "--float8" in cmd else None) == cfg["float8"], path

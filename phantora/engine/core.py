@@ -189,7 +189,7 @@ class Engine:
         self.on_sync = on_sync or (lambda *a: None)
         self.launch = spec.host.launch_overhead_us * 1e-6 if launch_overhead_s is None else launch_overhead_s
         self.cpu_scale = spec.host.cpu_time_scale if cpu_time_scale is None else cpu_time_scale
-        # a generated kernel's launch and the compiled-region calls it opens (Op.arg of a KERNEL: GENERATED_KERNEL)
+        # a generated kernel's launch and the compiled-region calls it opens (a KERNEL's arg: ops.generated_kernel_arg)
         self.gen_launch = spec.host.generated_launch_us * 1e-6
         self.call_cost = spec.host.compiled_call_us * 1e-6
         self.algo, self.proto = algo, proto
