@@ -39,7 +39,7 @@ def host_bound_text(share: float | None) -> str:
     if share is None or share < HOST_BOUND_SHARE:
         return ""
     return (f"the GPU runs nothing {share * 100:.0f}% of an iteration, waiting for the host: measured steps of "
-            f"such configurations differ by up to 40% between hosts of one type (docs/host-cpu.md)")
+            f"such configurations differ by up to 1.9 times between hosts of one type (docs/host-cpu.md)")
 
 
 @dataclass
