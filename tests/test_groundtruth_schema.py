@@ -75,3 +75,15 @@ def test_multi_host_record_needs_its_network():
     t["hardware"]["inter_host_gbps_per_gpu"] = 0.0
     with pytest.raises(PresetError, match="hardware.inter_host_gbps_per_gpu"):
         record_from_table(t)
+
+
+def test_allocated_memory_cannot_exceed_the_peak_the_allocator_held():
+    # PyTorch's caching allocator hands tensors part of the memory it reserves: max_memory_allocated <=
+    # max_memory_reserved, always
+    t = _table()
+    t["metrics"]["memory_gib"] = 67.0
+    t["metrics"]["memory_allocated_gib"] = 61.5
+    assert record_from_table(t).metrics.measured()["memory_allocated_gib"] == 61.5
+    t["metrics"]["memory_allocated_gib"] = 70.0
+    with pytest.raises(PresetError, match="metrics.memory_allocated_gib"):
+        record_from_table(t)

@@ -30,6 +30,8 @@ def test_every_local_record_matches_the_measurement_it_was_filed_from():
         raw = json.loads(raw_path.read_text())
         assert rec.metrics.tokens_per_s_per_gpu == pytest.approx(raw["tps_per_gpu"], rel=1e-4)
         assert rec.metrics.iteration_s == pytest.approx(raw["median_step_s"], rel=1e-4)
+        # the peak the caching allocator handed to tensors, as the workload read it (max_memory_allocated)
+        assert rec.metrics.memory_allocated_gib == pytest.approx(raw["peak_mem_gib"], abs=1e-3)
         cfg = raw["config"]
         wl = rec.workload
         assert (wl.micro_batch, wl.seq_len, wl.parallelism.tp) == (cfg["batch"], cfg["seq"], cfg["tp"])

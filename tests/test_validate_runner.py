@@ -164,10 +164,11 @@ def test_float8_records_without_a_config_are_refused(change, reason):
 def test_parse_summary_derives_missing_figures():
     case = next(c for c in torchtitan_cases() if c.id == "h100-8-llama3-8b-b2-fsdp")
     s = {"iteration_s": 3.0, "tokens_per_s_per_gpu": None, "mfu": 0.35, "oom": False,
-         "peak_memory_bytes": {"0": 70 * GIB, "1": 75 * GIB}}
+         "peak_memory_bytes": {"0": 70 * GIB, "1": 75 * GIB}, "peak_allocated_bytes": {"0": 61 * GIB, "1": 60 * GIB}}
     res = parse_summary(s, case)
     assert res.tokens_per_s_per_gpu == pytest.approx(16 * 8192 / 3.0 / 8)
     assert res.memory_gib == pytest.approx(75.0)
+    assert res.memory_allocated_gib == pytest.approx(61.0)          # the largest over the ranks, as memory_gib
     assert res.mfu_percent == pytest.approx(35.0)
     assert parse_summary({"oom": True}, case).oom
 
@@ -200,7 +201,9 @@ class SyntheticLive:
         its = iteration_times({r: rs.iterations for r, rs in engine.ranks.items()})
         summary = {"iteration_s": statistics.median(its), "oom": False,
                    "peak_memory_bytes": {str(r): rs.allocator.stats["reserved_bytes.all.peak"]
-                                         for r, rs in engine.ranks.items()}}
+                                         for r, rs in engine.ranks.items()},
+                   "peak_allocated_bytes": {str(r): rs.allocator.stats["allocated_bytes.all.peak"]
+                                            for r, rs in engine.ranks.items()}}
         (workdir / "summary.json").write_text(json.dumps(summary))
         return parse_summary(summary, case)
 
@@ -234,6 +237,8 @@ def test_cache_replays_and_sees_a_changed_network(tmp_path):
     assert trace_cost_sources(again.trace) == {"roofline": 1.0}
     assert again.cost_sources.get("profile", 0.0) > 0.0
     assert again.memory_gib == pytest.approx(first.memory_gib)
+    assert again.memory_allocated_gib == pytest.approx(first.memory_allocated_gib)
+    assert 0 < first.memory_allocated_gib <= first.memory_gib         # tensors get part of what the allocator holds
 
     table = spec.to_table()
     table["net"]["inter_node_gbps"] = 25.0

@@ -21,9 +21,9 @@ from phantora.groundtruth.schema import Record
 
 from .runner import SimResult
 
-PRIMARY_ORDER = ("tokens_per_s_per_gpu", "iteration_s", "mfu_percent", "memory_gib")
+PRIMARY_ORDER = ("tokens_per_s_per_gpu", "iteration_s", "mfu_percent", "memory_gib", "memory_allocated_gib")
 LABELS = {"tokens_per_s_per_gpu": "tok/s/GPU", "iteration_s": "iter (s)", "mfu_percent": "MFU (%)",
-          "memory_gib": "mem (GiB)", "oom": "OOM"}
+          "memory_gib": "mem (GiB)", "memory_allocated_gib": "alloc (GiB)", "oom": "OOM"}
 
 
 @dataclass
@@ -85,6 +85,8 @@ def simulated_value(record: Record, sim: SimResult, metric: str) -> float | None
         return sim.mfu_percent
     if metric == "memory_gib":
         return sim.memory_gib
+    if metric == "memory_allocated_gib":
+        return sim.memory_allocated_gib
     raise KeyError(metric)
 
 

@@ -43,6 +43,7 @@ class SimResult:
     mfu_percent: float | None = None        # as the simulator reports it (the harness recomputes it per record)
     iteration_s: float | None = None
     memory_gib: float | None = None         # peak reserved memory, largest over simulated ranks
+    memory_allocated_gib: float | None = None   # peak allocated memory (max_memory_allocated), largest over ranks
     cost_source: str = "unknown"            # profile | cross-gpu | roofline | measured | recorded | a mix
     cost_sources: dict[str, float] = field(default_factory=dict)   # share of kernel time per cost source
     trace: str | None = None
@@ -121,6 +122,11 @@ def parse_summary(summary: dict[str, Any], case: Case) -> SimResult:
         peak = max((v for v in values if isinstance(v, (int, float))), default=None)
     if isinstance(peak, (int, float)) and peak > 0:
         res.memory_gib = float(peak) / GIB
+    allocated = summary.get("peak_allocated_bytes") or {}
+    values = list(allocated.values()) if isinstance(allocated, dict) else list(allocated)
+    peak = max((v for v in values if isinstance(v, (int, float))), default=None)
+    if isinstance(peak, (int, float)) and peak > 0:
+        res.memory_allocated_gib = float(peak) / GIB
     if isinstance(summary.get("trace"), str):
         res.trace = summary["trace"]
     wall = summary.get("wall_s")
@@ -277,6 +283,8 @@ class CachedRunner:
             raise CaseFailed(f"replaying {trace} gave no iteration time (fewer than two iteration marks)")
         if rr.peak_reserved_bytes:
             base.memory_gib = max(rr.peak_reserved_bytes.values()) / GIB
+        if rr.peak_allocated_bytes:
+            base.memory_allocated_gib = max(rr.peak_allocated_bytes.values()) / GIB
         if rr.ooms:
             base.oom = True
         return base

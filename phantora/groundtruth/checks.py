@@ -119,6 +119,9 @@ def check_record(record: Record, *, file: str | None = None) -> CheckReport:
                                           f"{hw.gpu} (a run that did not fit is recorded with oom = true)")
         if m.memory_gib is not None and m.memory_gib > 10 * gpu.memory_gib:
             problem("metrics.memory_gib", "looks like bytes or MiB: give GiB, or use memory_bytes / memory_mib")
+        if m.memory_allocated_gib is not None and m.memory_allocated_gib > gpu.memory_gib:
+            problem("metrics.memory_allocated_gib", f"{m.memory_allocated_gib:g} GiB per GPU exceeds the "
+                                                    f"{gpu.memory_gib:g} GiB of {hw.gpu}")
 
     if gpu is not None and model is not None and m.tokens_per_s_per_gpu is not None:
         # The loosest bound: the smaller FLOP count (no embedding, no recomputation) at the larger peak.

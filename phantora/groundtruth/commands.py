@@ -117,4 +117,6 @@ def _metrics_text(r) -> str:
         parts.append(f"{m.iteration_s:g} s/iter")
     if m.memory_gib is not None:
         parts.append(f"{m.memory_gib:g} GiB")
+    if m.memory_allocated_gib is not None:
+        parts.append(f"{m.memory_allocated_gib:g} GiB allocated")
     return ", ".join(parts)

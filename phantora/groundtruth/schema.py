@@ -22,12 +22,12 @@ HEX_RE = re.compile(r"^[0-9a-f]{7,40}$")
 INTRA_LINKS = ("nvswitch", "nvlink-mesh", "pcie")
 AC_MODES = ("none", "full", "selective-op", "selective-layer")
 PRECISIONS = ("bf16", "fp16", "tf32", "fp32")
-METRIC_KEYS = ("tokens_per_s_per_gpu", "mfu_percent", "iteration_s", "memory_gib")
+METRIC_KEYS = ("tokens_per_s_per_gpu", "mfu_percent", "iteration_s", "memory_gib", "memory_allocated_gib")
 # workload.task: "" is a language model (`model` a preset of presets/models, seq_len its tokens per sequence);
 # "other" a workload of the framework's that is not one (`model` names it: DeepSpeed's resnet50, sd15-unet, gat),
 # counted in samples (seq_len 1) and measured by its iteration time and memory only
 TASKS = ("", "other")
-OTHER_TASK_METRICS = ("iteration_s", "memory_gib")
+OTHER_TASK_METRICS = ("iteration_s", "memory_gib", "memory_allocated_gib")
 
 
 def _check_date(value: str, key: str) -> None:
@@ -177,6 +177,7 @@ class Metrics:
     mfu_counts_embedding: bool = False          # the MFU's FLOPs count the input embedding (6 × all parameters)
     iteration_s: float | None = None            # seconds per optimizer step
     memory_gib: float | None = None             # peak memory per GPU (the largest over GPUs), GiB = 2^30 bytes
+    memory_allocated_gib: float | None = None   # peak memory handed to tensors (torch.cuda.max_memory_allocated)
     oom: bool = False                           # the run ran out of GPU memory (then no other metric)
     at_iteration: int = 0                       # the iteration at which the figures were read (0: not stated)
 
@@ -198,6 +199,11 @@ class Metrics:
                                   key="metrics.mfu_percent")
         if self.at_iteration < 0:
             raise PresetError("must not be negative", key="metrics.at_iteration")
+        if (self.memory_allocated_gib is not None and self.memory_gib is not None
+                and self.memory_allocated_gib > self.memory_gib):
+            raise PresetError(f"{self.memory_allocated_gib:g} GiB allocated exceeds the {self.memory_gib:g} GiB peak "
+                              f"memory: the caching allocator hands tensors part of what it holds",
+                              key="metrics.memory_allocated_gib")
 
     def measured(self) -> dict[str, float | bool]:
         """The metrics the record holds (OOM as {'oom': True})."""
@@ -217,6 +223,7 @@ class Simulation:
     mfu_percent: float | None = None
     iteration_s: float | None = None
     memory_gib: float | None = None
+    memory_allocated_gib: float | None = None
 
     def validate(self) -> None:
         _check_date(self.date, "simulation.date")

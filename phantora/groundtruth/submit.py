@@ -63,7 +63,8 @@ def simulation_of(record: Record, estimate) -> Simulation:
     return Simulation(phantora_version=__version__, date=_dt.date.today().isoformat(), cost_source=estimate.cost_source,
                       oom=estimate.oom, tokens_per_s_per_gpu=estimate.tokens_per_s_per_gpu,
                       mfu_percent=None if estimate.oom else estimate.mfu_percent,
-                      iteration_s=estimate.iteration_s, memory_gib=estimate.memory_gib)
+                      iteration_s=estimate.iteration_s, memory_gib=estimate.memory_gib,
+                      memory_allocated_gib=estimate.memory_allocated_gib)
 
 
 def submit(path: str | Path, *, root: str | Path | None = None, dry_run: bool = False, force: bool = False,

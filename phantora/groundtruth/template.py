@@ -66,6 +66,7 @@ tokens_per_s_per_gpu = 6000.0   # or tokens_per_s (whole job)
 # mfu_counts_embedding = false  # true if your MFU counts 6 × all parameters (TorchTitan before 2024-04-26)
 # iteration_s = 2.73            # or iteration_ms
 # memory_gib = 70.0             # peak per GPU, GiB (2^30 B); or memory_gb (10^9 B), memory_mib, memory_bytes
+# memory_allocated_gib = 61.2   # peak handed to tensors per GPU (torch.cuda.max_memory_allocated), GiB
 # oom = true                    # the run did not fit (then no other metric)
 # at_iteration = 100            # the iteration the figures were read at
 
