@@ -14,6 +14,7 @@ import json
 import sys
 from pathlib import Path
 
+from phantora.groundtruth.allocated import allocated_memory
 from phantora.groundtruth.hosts import host_of
 from phantora.groundtruth.schema import Hardware, Metrics, Parallelism, Record, Source, Workload
 from phantora.frameworks.deepspeed import NON_LANGUAGE_MODELS
@@ -46,14 +47,13 @@ def record_of(path: Path) -> Record:
     threads = "OMP_NUM_THREADS=1 per process (torchrun's default for 2 processes)" if gpus > 1 else \
         "OMP_NUM_THREADS unset (all host cores)"
     offload = f" The CPU optimizer ran with {threads}." if c["offload_optimizer"] != "none" else ""
+    memory, allocated, assumed = allocated_memory(d["peak_mem_gib"], pp)
     return Record(
         id=f"{prefix}-{gpus}-{name}", suite="deepspeed",
         notes=(f"presets/workloads/deepspeed_gpt.py (DeepSpeed 0.19.8, {c['optimizer']}, ZeRO {c['zero']}"
                f"{', PipelineEngine over %d stages' % pp if pp > 1 else ''}) on {gpus} "
                f"GPU(s) of {host}, {c['steps']} steps, median of steps 2-{c['steps']} (the workload's SUMMARY).{offload}"
-               f" Peak memory (torch.cuda.max_memory_allocated) was {d['peak_mem_gib']:.2f} GiB; it is not recorded "
-               f"as a metric because the simulation reports reserved memory. Raw output: {folder}/{name}.log and "
-               f".json; command: groundtruth/deepspeed/measure.sh."),
+               f" {memory} Raw output: {folder}/{name}.log and .json; command: groundtruth/deepspeed/measure.sh."),
         source=Source(date="2026-11-26", contributor=f"phantora maintainers (measured on {gpus} GPU(s) of {host})",
                       version="presets/workloads/deepspeed_gpt.py, deepspeed 0.19.8",
                       section=f"{folder}/{name}.json"),
@@ -67,7 +67,9 @@ def record_of(path: Path) -> Record:
                                                   dp_replicate=1 if c["zero"] == 3 else dp, pp=pp),
                           precision=c["precision"], torch_version="2.11.0+cu130",
                           optimizer=f"AdamW ({c['optimizer']}, fp32 master)", options=options),
-        metrics=Metrics(iteration_s=round(d["median_step_s"], 5), tokens_per_s_per_gpu=round(d["tps_per_gpu"], 1)),
+        metrics=Metrics(iteration_s=round(d["median_step_s"], 5), tokens_per_s_per_gpu=round(d["tps_per_gpu"], 1),
+                        **allocated),
+        assumptions=assumed,
     )
 
 
@@ -94,14 +96,14 @@ def other_record_of(path: Path, date: str) -> Record:
     folder = path.parent.relative_to(Path(__file__).resolve().parent.parent.parent)
     measured = host_of(path.parent)
     spread = f"{min(d['step_times_s'][1:]) * 1e3:.1f}-{max(d['step_times_s'][1:]) * 1e3:.1f} ms"
+    memory, allocated, assumed = allocated_memory(d["peak_mem_gib"], 1)
     return Record(
         id=f"{measured.prefix}-{gpus}-{name}", suite="deepspeed",
         notes=(f"presets/workloads/{d['workload']}.py: {OTHER_WORKLOADS[d['workload']]} (DeepSpeed 0.19.8, "
                f"FusedAdam, ZeRO {c['zero']}) on {gpus} GPU(s) of {measured.words}, {c['steps']} steps, median of "
                f"steps 2-{c['steps']} (the workload's SUMMARY; those steps took {spread}). Not a language model: "
-               f"samples per step, no tokens or model FLOPs. Peak memory (torch.cuda.max_memory_allocated) was "
-               f"{d['peak_mem_gib']:.2f} GiB; not recorded as a metric because the simulation reports reserved "
-               f"memory. Raw output: {folder}/{name}.log and .json; command: groundtruth/deepspeed/measure.sh."),
+               f"samples per step, no tokens or model FLOPs. {memory} Raw output: {folder}/{name}.log and .json; "
+               f"command: groundtruth/deepspeed/measure.sh."),
         source=Source(date=date, contributor=f"phantora maintainers (measured on {gpus} GPU(s) of {measured.words})",
                       version=f"presets/workloads/{d['workload']}.py, deepspeed 0.19.8",
                       section=f"{folder}/{name}.json"),
@@ -113,7 +115,8 @@ def other_record_of(path: Path, date: str) -> Record:
                           activation_checkpointing="none", parallelism=Parallelism(dp_replicate=gpus),
                           precision=c["precision"], torch_version="2.11.0+cu130",
                           optimizer="AdamW (FusedAdam, fp32 master)", options=options, task="other"),
-        metrics=Metrics(iteration_s=round(d["median_step_s"], 5)),
+        metrics=Metrics(iteration_s=round(d["median_step_s"], 5), **allocated),
+        assumptions=assumed,
     )
 
 

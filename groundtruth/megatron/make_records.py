@@ -13,6 +13,7 @@ import json
 import sys
 from pathlib import Path
 
+from phantora.groundtruth.allocated import allocated_memory
 from phantora.groundtruth.hosts import host_of
 from phantora.groundtruth.schema import Hardware, Metrics, Parallelism, Record, Source, Workload
 from phantora.groundtruth.submit import canonical_text
@@ -35,14 +36,14 @@ def record_of(path: Path) -> Record:
     folder = path.parent.relative_to(Path(__file__).resolve().parent.parent.parent)
     measured = host_of(path.parent)
     prefix, gpu, host, script = measured.prefix, measured.gpu, measured.words, SCRIPTS[measured.prefix]
+    memory, allocated, assumed = allocated_memory(d["peak_mem_gib"], c["pp"])
     log = (f"Raw output: {folder}/{name}.log and .json" if path.with_suffix(".log").exists() else
            f"Raw output: {folder}/{name}.json (the run's log was not kept)")
     return Record(
         id=f"{prefix}-{gpus}-{name}", suite="megatron",
         notes=(f"presets/workloads/megatron_gpt.py (Megatron-core 0.16.1, local layer spec) on {gpus} GPU(s) of "
-               f"{host}, {c['steps']} steps, median of steps 2-{c['steps']} (the workload's SUMMARY). Peak "
-               f"memory (torch.cuda.max_memory_allocated) was {d['peak_mem_gib']:.2f} GiB; it is not recorded as a "
-               f"metric because the simulation reports reserved memory. {log}; "
+               f"{host}, {c['steps']} steps, median of steps 2-{c['steps']} (the workload's SUMMARY). {memory} "
+               f"{log}; "
                f"command: groundtruth/megatron/{script}."),
         source=Source(date="2026-11-26", contributor=f"phantora maintainers (measured on {gpus} GPU(s) of {host})", version="presets/workloads/megatron_gpt.py, megatron-core 0.16.1",
                       section=f"{folder}/{name}.json"),
@@ -55,7 +56,9 @@ def record_of(path: Path) -> Record:
                           parallelism=Parallelism(dp_replicate=c["dp"], tp=c["tp"], pp=c["pp"]),
                           precision="bf16", torch_version="2.11.0+cu130", optimizer="Adam (Megatron, fp32 master)",
                           options=options),
-        metrics=Metrics(iteration_s=round(d["median_step_s"], 5), tokens_per_s_per_gpu=round(d["tps_per_gpu"], 1)),
+        metrics=Metrics(iteration_s=round(d["median_step_s"], 5), tokens_per_s_per_gpu=round(d["tps_per_gpu"], 1),
+                        **allocated),
+        assumptions=assumed,
     )
 
 
