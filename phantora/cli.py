@@ -414,6 +414,9 @@ def sweep_cmd(trace, vary, cluster, nodes, gpus_per_node, gpu, profile, recost, 
         try:
             fig.savefig(tmp, dpi=120)                  # whole or not at all: renamed into place once written
             os.replace(tmp, target)
+        except OSError as exc:
+            raise PhantoraError(f"--plot {plot}: could not write it ({exc.strerror or exc}); the results are "
+                                f"printed above") from None
         finally:
             tmp.unlink(missing_ok=True)
         click.echo(f"plot written to {plot}", err=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 from pathlib import Path
 
 import click
@@ -24,6 +25,18 @@ def user_errors(fn):
 PLOT_FORMATS = (".png", ".pdf", ".svg", ".jpg", ".jpeg")
 
 
+def writable_folder(folder: str | Path, what: str) -> None:
+    """Refuse, before any work, a folder a file could not be created in (read-only, a pseudo file system, no
+    permission): a file is made there and removed again. `what` names the option and its value."""
+    import tempfile
+    try:
+        fd, name = tempfile.mkstemp(prefix=".phantora-probe-", dir=folder)
+    except OSError as exc:
+        raise PhantoraError(f"{what}: cannot write in {folder} ({exc.strerror or exc})") from None
+    os.close(fd)
+    os.unlink(name)
+
+
 def plot_target(path: str | None) -> None:
     """Refuse a --plot path that could not be written, before any work: its folder must exist, its suffix name an
     image format."""
@@ -34,3 +47,4 @@ def plot_target(path: str | None) -> None:
         raise PhantoraError(f"--plot {path}: the file name must end in one of {', '.join(PLOT_FORMATS)}")
     if not target.parent.is_dir():
         raise PhantoraError(f"--plot {path}: folder {target.parent} does not exist")
+    writable_folder(target.parent, f"--plot {path}")

@@ -88,3 +88,11 @@ def test_command_writes_the_flags_it_prints(tmp_path):
     assert _vocab_size_of(out / TOKENIZER_DIR) == PUBLISHED_VOCAB["llama2-7b"]
     bad = CliRunner().invoke(assets_cmd, ["torchtitan", "--model", "nope", "--out", str(tmp_path / "b")])
     assert bad.exit_code != 0 and "nope" in bad.output
+
+
+def test_an_output_folder_that_cannot_be_made_is_an_error_naming_out():
+    # /proc takes no new folders on Linux, whoever runs the test (root included)
+    r = CliRunner().invoke(assets_cmd, ["torchtitan", "--model", "llama3-8b", "--out", "/proc/as", "--documents", "1",
+                                        "--words", "1"])
+    assert r.exit_code == 1 and "--out /proc/as" in r.output, r.output
+    assert isinstance(r.exception, SystemExit) and "Traceback" not in r.output

@@ -448,6 +448,28 @@ def test_sweep_checks_every_value_and_the_plot_before_replaying(good, tmp_path):
         assert r.exit_code != 0 and why in r.output and "[1/2]" not in r.output
 
 
+def test_an_op_naming_a_signature_the_trace_lacks_is_a_one_line_error(good, tmp_path):
+    bad = tmp_path / "bad-sig.h5"
+    shutil.copyfile(good, bad)
+    with h5py.File(bad, "r+") as f:
+        ops = f["ranks/0/ops"]
+        rows = ops[()]
+        rows["sig"][rows["kind"] == int(OpKind.KERNEL)] = 10**6
+        ops[...] = rows
+    for args in (("replay", bad, "--recost"), ("replay", bad)):
+        res = cli(*args)
+        assert "Traceback" not in res.output, res.output
+        one_line_error(res, bad)
+        assert "signature 1000000" in res.output
+
+
+def test_sweep_refuses_a_plot_folder_it_cannot_write_in_before_replaying(good):
+    # /proc takes no new files on Linux, whoever runs the test (root included)
+    r = cli("sweep", good, "--vary", "vram_gib=40,80", "--plot", "/proc/p.png")
+    assert r.exit_code != 0 and "cannot write in /proc" in r.output and "[1/2]" not in r.output
+    assert "Traceback" not in r.output
+
+
 def test_allocator_settings_misspelt_or_out_of_range_are_refused(good):
     for conf, word in (("expandable_segment:True", "expandable_segments"),
                        ("garbage_collection_threshold:2", "between 0 and 1"),
@@ -467,3 +489,12 @@ def test_a_profile_of_another_gpu_is_refused_with_the_option_to_use(good):
     r = cli("replay", good, "--gpu", "h200-sxm-141gb", "--profile",
             Path(__file__).resolve().parent.parent / "presets" / "profiles" / "h100-sxm-80gb.h5")
     assert r.exit_code != 0 and "--gpu h100-sxm-80gb" in r.output and "fallback_gpu_db" not in r.output
+
+
+def test_phantora_run_refuses_a_summary_file_it_cannot_write_before_the_program_runs():
+    # /proc takes no new files on Linux, whoever runs the test (root included): said before the run, not after it
+    proc = phantora_run("--gpus-per-node", "1", "--no-trace", "--summary-json", "/proc/s.json", "--",
+                        "python", "-c", "print('the program ran')")
+    assert proc.returncode != 0
+    assert "--summary-json /proc/s.json" in proc.stderr and "cannot write in /proc" in proc.stderr
+    assert "the program ran" not in proc.stdout and "Traceback" not in proc.stderr

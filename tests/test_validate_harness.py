@@ -145,6 +145,16 @@ def test_cli_table_report_and_plot(root, monkeypatch, tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.parametrize("option, path", [("--report", "/proc/r.md"), ("--plot", "/proc/r.png"),
+                                          ("--workdir", "/proc/wd"), ("--cache", "/proc/vc")])
+def test_outputs_that_cannot_be_written_are_refused_before_any_case_runs(root, monkeypatch, option, path):
+    # /proc takes no new files or folders on Linux, whoever runs the test (root included)
+    runner = FakeRunner(GOOD)
+    r = _run(monkeypatch, runner, option, path)
+    assert r.exit_code == 2 and f"{option} {path}" in r.stderr and "Traceback" not in r.output, r.output
+    assert runner.calls == []
+
+
 def test_unknown_case_is_an_input_error(root, monkeypatch):
     r = _run(monkeypatch, FakeRunner(GOOD), "--case", "nope")
     assert r.exit_code == 2 and "no case 'nope'" in r.stderr

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import click
 
-from phantora.clitools import plot_target
+from phantora.clitools import plot_target, writable_folder
 from phantora.errors import PhantoraError
 from phantora.groundtruth.store import list_suites
 
@@ -68,12 +68,16 @@ def validate(suite: str, *, runner, case_ids: tuple[str, ...] = (), jobs: int = 
                          "cases": [r.as_dict() for r in results], "summary": summary}, indent=1))
     else:
         echo(format_table(suite, results, summary, max_error))
-    if report:
-        Path(report).write_text(format_markdown(suite, results, summary, max_error))
-        click.echo(f"wrote {report}", err=True)
-    if plot_path:
-        plot(suite, results, plot_path, max_error)
-        click.echo(f"wrote {plot_path}", err=True)
+    try:
+        if report:
+            Path(report).write_text(format_markdown(suite, results, summary, max_error))
+            click.echo(f"wrote {report}", err=True)
+        if plot_path:
+            plot(suite, results, plot_path, max_error)
+            click.echo(f"wrote {plot_path}", err=True)
+    except OSError as exc:                    # the results are printed above: nothing is lost
+        raise PhantoraError(f"could not write {exc.filename or report or plot_path} ({exc.strerror or exc}); "
+                            f"the results are printed above") from None
     return 0 if passes(summary, max_error) else 1
 
 
@@ -135,7 +139,7 @@ def main(suite, case_ids, jobs, cache, rerun, workdir, timeout_s, report, as_jso
     if rerun and not cache:
         click.echo("Error: --rerun refreshes a cache: give --cache DIR with it", err=True)
         sys.exit(2)
-    problem = _unwritable(report, "--report")
+    problem = _unwritable(report, "--report") or _folder_problem(workdir, "--workdir") or _folder_problem(cache, "--cache")
     if problem is None:
         try:
             plot_target(plot_path)
@@ -163,6 +167,26 @@ def _unwritable(path: str | None, option: str) -> str | None:
     """Why `path` could not be written later (its folder is missing), or None."""
     if path and not Path(path).parent.is_dir():
         return f"{option} {path}: folder {Path(path).parent} does not exist"
+    if path:
+        try:
+            writable_folder(Path(path).parent, f"{option} {path}")
+        except PhantoraError as exc:
+            return str(exc)
+    return None
+
+
+def _folder_problem(path: str | None, option: str) -> str | None:
+    """Why the folder `path` could not hold the cases' files (it cannot be made or written in), or None."""
+    if not path:
+        return None
+    try:
+        Path(path).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        return f"{option} {path}: cannot make the folder ({exc.strerror or exc})"
+    try:
+        writable_folder(path, f"{option} {path}")
+    except PhantoraError as exc:
+        return str(exc)
     return None
 
 

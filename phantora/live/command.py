@@ -240,6 +240,9 @@ def run_cmd(cluster, nodes, gpus_per_node, gpu, overrides, ranks, pp_degree, tra
             flops_per_token = float(load_model(model).flops_per_token(seq))
         if summary_json and not Path(summary_json).resolve().parent.is_dir():
             raise PhantoraError(f"--summary-json {summary_json}: folder {Path(summary_json).parent} does not exist")
+        if summary_json:
+            from ..clitools import writable_folder
+            writable_folder(Path(summary_json).resolve().parent, f"--summary-json {summary_json}")
         if trace and no_trace:
             raise PhantoraError("--trace and --no-trace contradict each other: give one")
         trace_path = None if no_trace else (trace or str(default_trace_name(list(program))))

@@ -182,6 +182,9 @@ def assets_torchtitan_cmd(model: str, out: str, documents: int, words: int, seed
         paths = write_torchtitan_assets(out, model=model, documents=documents, words_per_document=words, seed=seed)
     except PhantoraError as exc:
         raise click.ClickException(str(exc)) from None
+    except OSError as exc:
+        raise click.ClickException(f"--out {out}: could not write {exc.filename or out} "
+                                   f"({exc.strerror or exc})") from None
     click.echo(f"tokenizer: {paths.tokenizer_dir} ({paths.vocab_size} tokens)")
     click.echo(f"dataset:   {paths.dataset_dir / DATASET_FILE} ({documents} documents of {words} words)")
     click.echo(f"flags:     --hf_assets_path {paths.tokenizer_dir} --dataloader.dataset c4_test "
