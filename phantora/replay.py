@@ -172,7 +172,7 @@ def replay(trace: str | Path, *, cluster: str | None = None, nodes: int | None =
                 raise PhantoraError(f"the trace was costed from the profile {profile}, which is not there; pass "
                                     f"--profile to re-cost from another")
         if recost or profile or (spec.gpu != recorded_gpu and recorded_gpu is not None):
-            recoster = _recoster(spec, reader.signatures, profile)
+            recoster = _recoster(spec, reader.signatures, profile, reader.path)
         host_costs = host_recost(meta, spec)
         writer = None
         if out is not None:
@@ -340,7 +340,7 @@ def _flat_summary(s: dict) -> dict:
     return out
 
 
-def _recoster(spec: ClusterSpec, signatures: list[str], profile: str | None):
+def _recoster(spec: ClusterSpec, signatures: list[str], profile: str | None, path=None):
     """A function that re-costs KERNEL ops in place on the new GPU."""
     from .costmodel.select import default_cost_model
     from .costmodel.signature import Signature
@@ -354,6 +354,9 @@ def _recoster(spec: ClusterSpec, signatures: list[str], profile: str | None):
                 continue
             c = cache.get(op.sig)
             if c is None:
+                if op.sig >= len(signatures):
+                    raise TraceError(f"{path}: a kernel names signature {op.sig}, but the signature table has "
+                                     f"{len(signatures)} entries: it cannot be re-costed")
                 cost = model.estimate(Signature.from_key(signatures[op.sig]))
                 c = cache[op.sig] = (cost.duration_s, int(cost.source))
             op.duration, op.source = c

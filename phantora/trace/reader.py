@@ -227,11 +227,6 @@ class TraceReader:
         if len(name_ids) and int(name_ids.max()) >= len(names):
             raise TraceError(f"{self.path}: rank {rank}: an op names string {int(name_ids.max())}, "
                              f"but the string table has {len(names)} entries")
-        sig_ids = rows["sig"]
-        if len(sig_ids) and (int(sig_ids.max()) >= len(self.signatures) or int(sig_ids.min()) < -1):
-            bad = int(sig_ids.max()) if int(sig_ids.max()) >= len(self.signatures) else int(sig_ids.min())
-            raise TraceError(f"{self.path}: rank {rank}: an op names signature {bad}, but the signature table "
-                             f"has {len(self.signatures)} entries")
         columns = [rows[col].tolist() for _, col in _DIRECT]
         generated = self._unmarked_generated
         if generated is not None:        # an older trace: its generated kernels are found by name
