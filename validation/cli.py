@@ -139,7 +139,8 @@ def main(suite, case_ids, jobs, cache, rerun, workdir, timeout_s, report, as_jso
     if rerun and not cache:
         click.echo("Error: --rerun refreshes a cache: give --cache DIR with it", err=True)
         sys.exit(2)
-    problem = _unwritable(report, "--report") or _folder_problem(workdir, "--workdir") or _folder_problem(cache, "--cache")
+    problem = (_unwritable(report, "--report") or _folder_problem(workdir, "--workdir")
+               or _folder_problem(cache, "--cache"))
     if problem is None:
         try:
             plot_target(plot_path)
