@@ -119,9 +119,10 @@ def resolve_cluster(meta: dict, cluster: str | None, nodes: int | None, gpus_per
 DRIFT_SECTIONS = ("nccl", "host")     # the cluster's fitted model constants (GPU sharing, host CPU prices and rates)
 
 
-def preset_drift(spec: ClusterSpec) -> list[str]:
+def preset_drift(spec: ClusterSpec, overridden: tuple[str, ...] = ()) -> list[str]:
     """The model constants in which a trace's recorded cluster differs from the preset of the same name today
-    ("nccl.sharing_compute 1.18 (preset: 1.8)"); none for a cluster that is no preset (a TOML file, renamed)."""
+    ("nccl.sharing_compute 1.18 (preset: 1.8)"), leaving out the `overridden` keys ("host.py_line_ns": the user's
+    --set, not a change of the preset); none for a cluster that is no preset (a TOML file, renamed)."""
     try:
         today = load_cluster(spec.name, nodes=spec.nodes, gpus_per_node=spec.gpus_per_node).to_table()
     except PhantoraError:
@@ -129,7 +130,7 @@ def preset_drift(spec: ClusterSpec) -> list[str]:
     mine = spec.to_table()
     return [f"{section}.{key} {value} (preset: {today[section][key]})"
             for section in DRIFT_SECTIONS for key, value in mine.get(section, {}).items()
-            if key in today.get(section, {}) and today[section][key] != value]
+            if key in today.get(section, {}) and today[section][key] != value and f"{section}.{key}" not in overridden]
 
 
 def matching_cluster(meta: dict, cluster: str | None, nodes: int | None, gpus_per_node: int | None,
@@ -214,7 +215,7 @@ def replay(trace: str | Path, *, cluster: str | None = None, nodes: int | None =
     result.ooms = ooms
     result.recorded_problem = problem
     if cluster is None:
-        result.preset_drift = preset_drift(spec)
+        result.preset_drift = preset_drift(spec, tuple(o.split("=", 1)[0].strip() for o in overrides))
     result.summary = _flat_summary({"ranks": [summarize_ops(recorder.rows(r), names, np.asarray(marks[r]))
                                               for r in simulated]})
     result.kernel_time_by_source = [kernel_time_by_source(recorder.rows(r)) for r in simulated]

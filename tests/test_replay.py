@@ -341,6 +341,9 @@ def test_replay_names_the_model_constants_a_preset_changed_since_the_trace(tmp_p
                for k, d in zip(sorted(named), sorted(kept.preset_drift)))
     fresh = replay(path, cluster="h100-hgx", nodes=2)
     assert fresh.preset_drift == []
+    # a constant the user sets (--set) is the user's, not a change of the preset: not named
+    own = replay(path, overrides=("nccl.sharing_compute=1.5",))
+    assert {d.split(" ")[0] for d in own.preset_drift} == {"nccl.sharing_memory"}
     assert fresh.iteration_s > kept.iteration_s            # today's factors slow the compute beside collectives
     runner = CliRunner().invoke(main, ["replay", str(path)])
     assert runner.exit_code == 0 and "nccl.sharing_compute 1.0 (preset: " in runner.output
