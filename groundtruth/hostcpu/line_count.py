@@ -20,6 +20,7 @@ the stubs replace) and slows the program down; only the counts are used.
 from __future__ import annotations
 
 import json
+import os
 import runpy
 import sys
 import threading
@@ -103,7 +104,15 @@ def main() -> None:
             by_function[code.co_filename, code.co_name] += n
         with open(out, "w") as f:
             json.dump({"lines": COUNT[0], "wall_s": time.perf_counter() - t0, "argv": [script, *args], "counter": how,
-                       "functions": [[path, name, n] for (path, name), n in by_function.most_common() if n >= 20]}, f)
+                       "functions": [[_short(path), name, n] for (path, name), n in by_function.most_common()
+                                     if n >= 20]}, f)
+
+
+def _short(path: str) -> str:
+    """A code file's name without the host's folders: from site-packages, or from the working directory."""
+    if "site-packages/" in path:
+        return path.split("site-packages/")[-1]
+    return os.path.relpath(path) if path.startswith(os.getcwd() + os.sep) else path
 
 
 if __name__ == "__main__":

@@ -27,7 +27,10 @@ def _frames(entry, n=6):
         name = fr.get("filename", "")
         if "/torch/" in name and "/torch/nn/modules/module.py" not in name:
             continue
-        out.append(f"{name.split('site-packages/')[-1]}:{fr.get('line')} {fr.get('name')}")
+        name = name.split("site-packages/")[-1]
+        if name.startswith(os.getcwd() + os.sep):
+            name = os.path.relpath(name)
+        out.append(f"{name}:{fr.get('line')} {fr.get('name')}")
         if len(out) == n:
             break
     return out
