@@ -3,7 +3,9 @@
 Runs a training script as its `__main__` with PyTorch's allocator history on
 (`torch.cuda.memory._record_memory_history`, Python frames), and at exit replays the recorded allocations and frees
 of rank 0 to the moment the allocated bytes peaked, then writes the blocks alive at that moment, largest first,
-each with its size and the innermost frames of the code that allocated it, and the last allocations before the peak.
+each with its size, the innermost frames of the code that allocated it and whether its free had been requested
+(a block freed by its owner stays allocated until the streams that used it reach the free: `free_requested` before
+`free_completed`), and the allocator's last events before the peak.
 
     torchrun --standalone --nproc-per-node 1 groundtruth/insitu/memory_peak.py --out PEAK.json -- \\
         presets/workloads/megatron_gpt.py --model llama3.2-1b --seq 4096 --micro-batch 1 --recompute full ...
@@ -21,16 +23,23 @@ import torch
 MiB = 2**20
 
 
+def _short(path):
+    """A code file's name without the host's folders: relative to the import path entry or working directory that
+    holds it (the longest such)."""
+    roots = sorted({os.path.abspath(p or ".") for p in sys.path} | {os.getcwd()}, key=len, reverse=True)
+    for root in roots:
+        if path.startswith(root + os.sep):
+            return path[len(root) + 1:]
+    return path
+
+
 def _frames(entry, n=6):
     out = []
     for fr in entry.get("frames", []):
         name = fr.get("filename", "")
         if "/torch/" in name and "/torch/nn/modules/module.py" not in name:
             continue
-        name = name.split("site-packages/")[-1]
-        if name.startswith(os.getcwd() + os.sep):
-            name = os.path.relpath(name)
-        out.append(f"{name}:{fr.get('line')} {fr.get('name')}")
+        out.append(f"{_short(name)}:{fr.get('line')} {fr.get('name')}")
         if len(out) == n:
             break
     return out
@@ -47,17 +56,24 @@ def _peak(snapshot):
             total -= live.pop(e["addr"])["size"]
         if total > best:
             best, best_at = total, i
-    live = {}
+    live, requested = {}, set()
     for e in events[:best_at + 1]:
         if e["action"] == "alloc":
             live[e["addr"]] = e
+            requested.discard(e["addr"])
+        elif e["action"] == "free_requested":
+            requested.add(e["addr"])
         elif e["action"] == "free_completed":
             live.pop(e["addr"], None)
+            requested.discard(e["addr"])
     blocks = sorted(live.values(), key=lambda e: -e["size"])
-    recent = [e for e in events[max(0, best_at - 40):best_at + 1] if e["action"] in ("alloc", "free_completed")]
+    recent = [e for e in events[max(0, best_at - 60):best_at + 1]
+              if e["action"] in ("alloc", "free_requested", "free_completed")]
     return {"peak_mib": best / MiB, "events": len(events), "peak_event": best_at,
             "blocks_alive": len(blocks),
-            "largest": [{"mib": e["size"] / MiB, "frames": _frames(e)} for e in blocks[:40]],
+            "largest": [{"mib": e["size"] / MiB, "frames": _frames(e), "free_requested": e["addr"] in requested}
+                        for e in blocks[:40]],
+            "pending_free_mib": sum(e["size"] for e in blocks if e["addr"] in requested) / MiB,
             "before_peak": [{"action": e["action"], "mib": e["size"] / MiB, "frames": _frames(e, 3)}
                             for e in recent]}
 
