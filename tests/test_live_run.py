@@ -129,6 +129,19 @@ def test_batch_norm_dtype_mixes_fail_where_a_gpu_fails():
     assert simulated == measured
 
 
+@pytest.mark.parametrize("args, measured", [((), "chain.txt"), (("--heads", "4", "--seq", "2048"), "chain-h4-s2048.txt"),
+                                           (("--sweep",), "sweep.txt")])
+def test_softmax_backward_holds_the_memory_it_holds_on_a_gpu(args, measured):
+    """groundtruth/insitu/softmax_chain.py prints the peaks of allocated memory of softmax chains' backward (CUDA's
+    softmax backward allocates a temporary of its input's size, log_softmax's does not); under simulation it prints
+    what it printed on an H200 (h200-softmax/)."""
+    gt = ROOT / "groundtruth" / "insitu"
+    proc = phantora_run("--cluster", "h200-1gpu", "--no-trace", "--", "python", str(gt / "softmax_chain.py"), *args)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    simulated = [line.split("]: ", 1)[1] for line in proc.stdout.splitlines() if "peak" in line and "]: " in line]
+    assert simulated == (gt / "h200-softmax" / measured).read_text().splitlines()
+
+
 def test_local_rank_argument_and_deepspeed_launcher_variables():
     """--local-rank-arg passes --local_rank=N (N = the rank's GPU on its node) after the script, before the script's
     own arguments, and every rank gets the deepspeed launcher's LOCAL_SIZE / CROSS_RANK / CROSS_SIZE."""

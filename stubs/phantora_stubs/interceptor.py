@@ -43,7 +43,7 @@ from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.weak import WeakIdKeyDictionary
 
-from . import alltoall, comm, cuda_checks, cuda_rng, exchange, host_compute, syncbn_ops
+from . import alltoall, comm, cuda_checks, cuda_rng, cuda_scratch, exchange, host_compute, syncbn_ops
 from .clock import METER
 from .compiled import SILENT
 from .clock import REAL as _REAL_CLOCKS
@@ -398,7 +398,11 @@ class Interceptor(TorchDispatchMode):
         draws = _NO_DRAWS
         if device is not None:
             mem = self.mem.track(outs)
+            scratch = cuda_scratch.nbytes(name, args, kwargs)
+            block = self.mem.scratch(scratch, device) if scratch else 0
             self._emit_kernel(func, args, kwargs, device, mem)
+            if block:
+                self.mem.free_scratch(block, scratch)
             if _random(func) and outs:         # the device's generator draws it, as on a GPU (cuda_rng.py)
                 host = cuda_rng.draw_generator(kwargs.get("generator"), device, outs[0].numel())
                 if kwargs.get("generator") is not None:

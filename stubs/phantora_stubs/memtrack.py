@@ -83,6 +83,22 @@ class MemoryTracker:
         elif known is None:
             self._watch(storage, key, 0, 0)
 
+    def scratch(self, nbytes: int, device_index: int | None) -> int:
+        """A temporary block a CUDA kernel allocates beside its outputs (cuda_scratch.py): allocated now, freed by
+        `free_scratch` once the kernel is issued. Returns its block id."""
+        block = next(self._ids)
+        stream = self.dev.stream(device_index)
+        try:
+            rounded = self.allocator.alloc(nbytes, block, stream)
+        except DeviceOutOfMemory as oom:
+            raise torch.OutOfMemoryError(self._oom_message(oom, device_index)) from None
+        self.runtime.submit(Op(OpKind.ALLOC, stream=stream, nbytes=nbytes, arg=block, mem=rounded))
+        return block
+
+    def free_scratch(self, block: int, nbytes: int) -> None:
+        rounded = self.allocator.free(block)
+        self.runtime.submit(Op(OpKind.FREE, nbytes=nbytes, arg=block, mem=rounded))
+
     # -- internals -------------------------------------------------------------------------------------------------
     def _watch(self, storage, key: int, block: int, nbytes: int) -> None:
         fresh = key not in self._live
