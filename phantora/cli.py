@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 
 from . import __version__
-from .clitools import plot_target, user_errors
+from .clitools import not_the_input, plot_target, user_errors
 from .errors import PhantoraError
 from .live.summary import host_bound_text
 from .routing import describe as describe_routing, skewed
@@ -181,11 +181,22 @@ def presets_cmd(as_json):
 
 
 # --------------------------------------------------------------------------------------------------------- replay
+def _alloc_conf(ctx, param, value):
+    """--alloc-conf checked as PyTorch checks PYTORCH_CUDA_ALLOC_CONF (an unknown key is refused), before any work."""
+    if value is not None:
+        from .engine.allocator import AllocatorConfig
+        try:
+            AllocatorConfig.parse(value)
+        except PhantoraError as exc:
+            raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
+    return value
+
+
 def _replay_options(fn):
     opts = [
         click.option("--cluster", default=None, help="Cluster preset or TOML (default: the trace's own cluster)."),
-        click.option("--nodes", type=int, default=None, help="Number of nodes."),
-        click.option("--gpus-per-node", type=int, default=None, help="GPUs per node."),
+        click.option("--nodes", type=click.IntRange(min=1), default=None, help="Number of nodes."),
+        click.option("--gpus-per-node", type=click.IntRange(min=1), default=None, help="GPUs per node."),
         click.option("--gpu", default=None, help="GPU preset to re-cost kernels on (e.g. a100-sxm-80gb)."),
         click.option("--profile", default=None, type=click.Path(exists=True, dir_okay=False),
                      help="Measured profile database (HDF5) to cost kernels from."),
@@ -195,7 +206,7 @@ def _replay_options(fn):
                      help="Override any cluster field, e.g. net.inter_node_gbps=100."),
         click.option("--algo", type=click.Choice(["ring", "tree"]), default=None, help="Force a collective algorithm."),
         click.option("--proto", type=click.Choice(["LL", "LL128", "Simple"]), default=None, help="Force a protocol."),
-        click.option("--alloc-conf", default=None, metavar="CONF",
+        click.option("--alloc-conf", default=None, metavar="CONF", callback=_alloc_conf,
                      help="Caching allocator settings to model, as PYTORCH_CUDA_ALLOC_CONF "
                           "(e.g. expandable_segments:True; default: the live run's)."),
         click.option("--allow-incomplete", is_flag=True,
@@ -314,6 +325,8 @@ def replay_cmd(trace, cluster, nodes, gpus_per_node, gpu, profile, recost, overr
     """
     from .replay import replay
 
+    if out is not None:
+        not_the_input(out, trace, "'--out'")
     with _read_errors(trace):
         r = replay(trace, cluster=cluster, nodes=nodes, gpus_per_node=gpus_per_node, gpu=gpu, profile=profile,
                    overrides=tuple(overrides), out=out, algo=algo, proto=proto, recost=recost, alloc_conf=alloc_conf,
@@ -334,7 +347,8 @@ def replay_cmd(trace, cluster, nodes, gpus_per_node, gpu, profile, recost, overr
 
 @main.command("sweep")
 @click.argument("trace", type=click.Path(dir_okay=False))
-@click.option("--vary", "vary", required=True, metavar="KEY=V1,V2,...", help="Cluster field and the values to try.")
+@click.option("--vary", "vary", required=True, multiple=True, metavar="KEY=V1,V2,...",
+              help="Cluster field and the values to try (one field: give --vary once; --set fixes others).")
 @_replay_options
 @click.option("--plot", default=None, type=click.Path(dir_okay=False), help="Write a PNG plot of the results.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
@@ -351,6 +365,10 @@ def sweep_cmd(trace, vary, cluster, nodes, gpus_per_node, gpu, profile, recost, 
     """
     from .replay import replay
 
+    if len(vary) > 1:
+        raise click.BadParameter(f"given {len(vary)} times ({', '.join(vary)}): a sweep varies one cluster field; "
+                                 f"run one sweep per field, or fix the others with --set", param_hint="'--vary'")
+    vary = vary[0]
     if "=" not in vary:
         raise PhantoraError(f"--vary wants KEY=V1,V2,... (got {vary!r})")
     key, _, values = vary.partition("=")
@@ -467,6 +485,7 @@ def export_cmd(trace, out, overwrite):
     from .trace.reader import TraceReader
     from .trace.writer import refuse_existing
 
+    not_the_input(out, trace, "'--perfetto'")
     refuse_existing(out, overwrite, "Perfetto JSON file")     # before reading a large trace
     with _read_errors(trace), TraceReader(trace) as rd:
         if rd.warning:

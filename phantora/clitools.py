@@ -37,6 +37,14 @@ def writable_folder(folder: str | Path, what: str) -> None:
     os.unlink(name)
 
 
+def not_the_input(out: str, given: str, hint: str) -> None:
+    """Refuse an output file that is the input file itself (the same path once relative parts and symbolic links
+    are resolved), before any work: writing it would replace the file being read. `hint` names the option."""
+    if Path(out).resolve() == Path(given).resolve():
+        raise click.BadParameter(f"{out} is the input trace {given}: writing it would replace the trace being "
+                                 f"read; give another file", param_hint=hint)
+
+
 def plot_target(path: str | None) -> None:
     """Refuse a --plot path that could not be written, before any work: its folder must exist, its suffix name an
     image format."""

@@ -277,6 +277,13 @@ def list_clusters() -> list[str]:
     return sorted(p.stem for p in cluster_dir().glob("*.toml"))
 
 
+def check_node_options(nodes: int | None, gpus_per_node: int | None) -> None:
+    """Refuse a `--nodes` / `--gpus-per-node` that is not a whole number >= 1, naming the option."""
+    for option, value in (("--nodes", nodes), ("--gpus-per-node", gpus_per_node)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise PresetError(f"must be a whole number >= 1, got {value!r}", file=option)
+
+
 def load_cluster(name_or_path: str, *, nodes: int | None = None, gpus_per_node: int | None = None,
                  gpu: str | None = None, overrides: list[str] | tuple[str, ...] = ()) -> ClusterSpec:
     """A cluster preset by name or TOML path, with command-line overrides applied and the result validated."""
@@ -289,9 +296,7 @@ def load_cluster(name_or_path: str, *, nodes: int | None = None, gpus_per_node: 
         path = cluster_dir() / f"{name_or_path}.toml"
         if not path.exists():
             raise PresetError(f"unknown cluster preset '{name_or_path}'; known: {', '.join(list_clusters())}")
-    for option, value in (("--nodes", nodes), ("--gpus-per-node", gpus_per_node)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            raise PresetError(f"must be a whole number >= 1, got {value!r}", file=option)
+    check_node_options(nodes, gpus_per_node)
     table = read_toml(path)
     spec = build(ClusterSpec, table, file=str(path))
     changes: list[str] = list(overrides)

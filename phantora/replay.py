@@ -24,7 +24,7 @@ import numpy as np
 
 from . import throughput
 from .throughput import iteration_times
-from .cluster import ClusterSpec, apply_overrides, cluster_from_table, load_cluster
+from .cluster import ClusterSpec, apply_overrides, check_node_options, cluster_from_table, load_cluster
 from .engine.allocator import AllocatorConfig
 from .engine.core import Engine
 from .engine.ops import OpKind
@@ -102,6 +102,7 @@ def resolve_cluster(meta: dict, cluster: str | None, nodes: int | None, gpus_per
     else:
         if "cluster" not in meta:
             raise PhantoraError("the trace records no cluster; pass --cluster")
+        check_node_options(nodes, gpus_per_node)
         spec = cluster_from_table(meta["cluster"], origin="the trace's cluster")
         changes = list(overrides)
         if nodes is not None:

@@ -198,6 +198,15 @@ def test_cli_progress_and_summary(traces, tmp_path, monkeypatch):
     assert "phantora profile" in db.meta["command"] and "--iters 5" in db.meta["command"]
 
 
+def test_help_answers_to_h_as_in_the_other_commands():
+    from phantora.cli import main
+
+    for flag in ("-h", "--help"):
+        res = CliRunner().invoke(main, ["profile", flag])
+        assert res.exit_code == 0, res.output
+        assert res.output.startswith("Usage: ") and "--out" in res.output
+
+
 def test_model_form_is_not_there_yet(traces, tmp_path):
     a, _ = traces
     res = CliRunner().invoke(profile_command, [str(a), "--out", str(tmp_path / "p.h5"), "--model", "llama3-8b"])

@@ -210,6 +210,17 @@ def test_hang_timeout_must_be_positive(value):
     assert "[rank0]:" not in proc.stdout + proc.stderr                  # nothing started
 
 
+@pytest.mark.parametrize("var", ["PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"])
+def test_an_allocator_key_pytorch_does_not_know_is_refused_before_anything_starts(tmp_path, var):
+    trace = tmp_path / "t.h5"
+    proc = phantora_run("--gpus-per-node", "1", "--trace", str(trace), "--", "python", "-c", "print('ran')",
+                        timeout=60, env_extra={var: "expandable_segments:True,foo:1"})
+    assert proc.returncode == 1, proc.stderr
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("Error:")]
+    assert len(errors) == 1 and "'foo'" in errors[0] and var in errors[0], proc.stderr
+    assert "ran" not in proc.stdout and "Traceback" not in proc.stderr and not trace.exists()
+
+
 def test_too_many_rank_processes_refused_unless_forced():
     # 1024 nodes x 8 GPUs, one process each: far above any machine these tests run on
     proc = phantora_run("--nodes", "1024", "--no-trace", "--", "python", STUCK, "--mode", "wait", timeout=120)

@@ -358,6 +358,21 @@ def test_replay_out_refuses_an_existing_file_and_a_failed_replay_leaves_it_intac
         assert r.meta["mode"] == "replay"
 
 
+def test_an_output_that_is_the_input_trace_is_refused_naming_the_option(good, tmp_path):
+    trace = copy_of(good, tmp_path)
+    before = all_ops(trace)
+    (tmp_path / "link.h5").symlink_to(trace)
+    for args, option in ((["replay", trace, "--out", trace, "--overwrite"], "'--out'"),
+                         (["replay", tmp_path / "link.h5", "--out", tmp_path / "." / "run.h5"], "'--out'"),
+                         (["export", trace, "--perfetto", tmp_path / "link.h5", "--overwrite"], "'--perfetto'")):
+        res = cli(*args)
+        assert res.exit_code == 2, res.output
+        errors = [line for line in res.output.splitlines() if line.startswith("Error:")]
+        assert len(errors) == 1 and option in errors[0] and "input trace" in errors[0], res.output
+    assert same_tables(all_ops(trace), before)
+    assert leftovers(tmp_path) == []
+
+
 # -- 4. compute: one meaning ------------------------------------------------------------------------------------
 
 def hand_built_trace(path: Path) -> Path:
@@ -448,6 +463,35 @@ def test_sweep_checks_every_value_and_the_plot_before_replaying(good, tmp_path):
         assert r.exit_code != 0 and why in r.output and "[1/2]" not in r.output
 
 
+def test_sweep_refuses_more_than_one_vary_before_replaying(good):
+    r = cli("sweep", good, "--vary", "vram_gib=40,80", "--vary", "net.inter_node_gbps=100,200")
+    assert r.exit_code == 2 and "'--vary'" in r.output and "given 2 times" in r.output, r.output
+    assert "[1/2]" not in r.output and "Traceback" not in r.output
+
+
+@pytest.mark.parametrize("column, value, said", [("kind", 200, "unknown op kind 200"),
+                                                  ("duration", np.nan, "duration nan"),
+                                                  ("duration", np.inf, "duration inf"),
+                                                  ("duration", -1e-3, "duration -0.001")])
+def test_op_rows_no_phantora_writes_are_one_line_trace_errors(good, tmp_path, column, value, said):
+    bad = copy_of(good, tmp_path, "bad-row.h5")
+    with h5py.File(bad, "r+") as f:
+        ops = f["ranks/1/ops"]
+        rows = ops[()]
+        rows[column][5] = value
+        ops[...] = rows
+    with TraceReader(bad) as r:
+        with pytest.raises(TraceError, match="rank 1, op 5") as exc:
+            r.ops(1)
+        with pytest.raises(TraceError, match="rank 1, op 5"):
+            list(r.iter_ops(1))
+    assert str(bad) in str(exc.value) and said in str(exc.value)
+    for args in (("inspect", bad), ("export", bad, "--perfetto", tmp_path / "bad.json"), ("replay", bad)):
+        line = one_line_error(cli(*args), bad)
+        assert said in line, line
+    assert not (tmp_path / "bad.json").exists() and leftovers(tmp_path) == []
+
+
 def test_an_op_naming_a_signature_the_trace_lacks_is_a_one_line_error(good, tmp_path):
     bad = tmp_path / "bad-sig.h5"
     shutil.copyfile(good, bad)
@@ -477,6 +521,16 @@ def test_allocator_settings_misspelt_or_out_of_range_are_refused(good):
         r = cli("replay", good, "--alloc-conf", conf)
         assert r.exit_code != 0 and word in r.output, (conf, r.output)
     assert cli("replay", good, "--alloc-conf", "expandable_segments:True,max_split_size_mb:512").exit_code == 0
+
+
+@pytest.mark.parametrize("command", ["replay", "sweep"])
+def test_an_allocator_key_pytorch_does_not_know_is_refused_naming_it_and_the_option(good, command):
+    args = ["sweep", good, "--vary", "vram_gib=40,80"] if command == "sweep" else ["replay", good]
+    r = cli(*args, "--alloc-conf", "foo:1")
+    assert r.exit_code == 2, r.output
+    errors = [line for line in r.output.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1 and "'--alloc-conf'" in errors[0] and "'foo'" in errors[0], r.output
+    assert "expandable_segments" in errors[0] and "[1/2]" not in r.output       # the known keys, before any work
 
 
 def test_out_of_memory_report_counts_the_memory_outside_the_allocator(good):

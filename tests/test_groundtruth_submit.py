@@ -14,8 +14,10 @@ from click.testing import CliRunner
 from phantora.errors import PhantoraError
 from phantora.groundtruth import store
 from phantora.groundtruth.commands import groundtruth
-from phantora.groundtruth.schema import load_record
+from phantora.groundtruth.schema import RECORD_FRAMEWORKS, load_record
 from phantora.groundtruth.submit import submit
+from phantora.groundtruth.template import template
+from phantora.groundtruth.tomlwrite import dumps
 from phantora.models import load_model
 
 H100_BF16 = 989.4e12
@@ -210,6 +212,35 @@ def test_template_becomes_a_valid_record_once_its_source_is_filled(tmp_path, roo
     filled = write(tmp_path, "f.toml", out.output.replace('contributor = ""', 'contributor = "tester"'))
     res = submit(filled, dry_run=True)
     assert res.record.suite == "mysuite"
+
+
+def test_unknown_framework_is_refused_naming_the_key_and_the_known_ones(tmp_path, root):
+    msg = refused(write(tmp_path, "a.toml", text().replace('framework = "torchtitan"', 'framework = "titan"')),
+                  root, "workload.framework")
+    assert "'titan'" in msg and all(name in msg for name in RECORD_FRAMEWORKS)
+    r = CliRunner().invoke(groundtruth, ["submit", str(tmp_path / "a.toml")])
+    assert r.exit_code == 1 and "workload.framework" in r.output and "Traceback" not in r.output
+
+
+@pytest.mark.parametrize("string", ["a b", 'say "hi"', "back\\slash", "del\x7f", "tab\there", "two\nlines",
+                                    "ends\n", "crlf\r\nline", "ctl\x01\nline", 'q"""\nq', "é 中"])
+def test_written_toml_reads_back_whatever_the_strings_hold(string):
+    table = {"k": string, string: 1, "t": {string: [string, string]}}
+    assert tomllib.loads(dumps(table)) == table
+
+
+def test_template_is_toml_for_every_framework_and_refuses_bad_names():
+    for framework in RECORD_FRAMEWORKS:
+        out = CliRunner().invoke(groundtruth, ["new", "--framework", framework])
+        assert out.exit_code == 0, out.output
+        assert tomllib.loads(out.output)["workload"]["framework"] == framework
+    for args, option in ((["--suite", 'my "suite"'], "'--suite'"), (["--suite", "My Suite"], "'--suite'"),
+                         (["--framework", "titan"], "'--framework'")):
+        out = CliRunner().invoke(groundtruth, ["new", *args])
+        assert out.exit_code == 2, out.output
+        errors = [line for line in out.output.splitlines() if line.startswith("Error:")]
+        assert len(errors) == 1 and option in errors[0], out.output
+    assert 'suite = "a\\"b"' in template('a"b') and tomllib.loads(template('a"b'))["suite"] == 'a"b'
 
 
 def test_cli_submit_and_list(tmp_path, root):

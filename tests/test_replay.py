@@ -9,6 +9,7 @@ from click.testing import CliRunner
 
 from phantora.cli import main
 from phantora.cluster import load_cluster
+from phantora.errors import PresetError
 from phantora.gpus import load_gpu
 from phantora.replay import replay
 from phantora.simulate import simulate_streams
@@ -57,6 +58,19 @@ def test_world_size_mismatch_is_a_clear_error(trace):
     path, _ = trace
     res = CliRunner().invoke(main, ["replay", str(path), "--cluster", "h100-hgx"])
     assert res.exit_code != 0 and "16 ranks" in res.output and "Traceback" not in res.output
+
+
+@pytest.mark.parametrize("option", ["--nodes", "--gpus-per-node"])
+@pytest.mark.parametrize("cluster", [[], ["--cluster", "h100-hgx"]], ids=["trace-cluster", "preset"])
+def test_a_node_count_below_one_is_a_usage_error_naming_its_option(trace, option, cluster):
+    path, _ = trace
+    res = CliRunner().invoke(main, ["replay", str(path), *cluster, option, "0"])
+    assert res.exit_code == 2, res.output
+    errors = [line for line in res.output.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1 and f"'{option}'" in errors[0] and "--set" not in errors[0], res.output
+    with pytest.raises(PresetError, match=option) as exc:      # the same refusal without the command line
+        replay(path, **{option.lstrip("-").replace("-", "_"): 0})
+    assert "--set" not in str(exc.value)
 
 
 def test_cli_replay_json(trace, tmp_path):

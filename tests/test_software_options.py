@@ -103,9 +103,9 @@ def test_rank_environment_without_software_is_empty(monkeypatch):
 
 def test_cli_bad_sdpa_is_a_one_line_error():
     res = CliRunner().invoke(main, ["run", "--sdpa", "flash,fast", "--", "python", "-c", "pass"])
-    assert res.exit_code != 0
+    assert res.exit_code == 2
     assert isinstance(res.exception, SystemExit)                 # a usage error, not an escaped exception
-    assert "software.sdpa" in res.output and "'fast'" in res.output and "Traceback" not in res.output
+    assert "'--sdpa'" in res.output and "'fast'" in res.output and "Traceback" not in res.output
 
 
 def test_cli_bad_sdpa_as_a_process():
@@ -114,9 +114,24 @@ def test_cli_bad_sdpa_as_a_process():
                                                                   "sys.argv[0] = 'phantora'; main()"]
     proc = subprocess.run([*cmd, "run", "--sdpa", "flash,fast", "--", "python", "-c", "pass"],
                           capture_output=True, text=True, timeout=60, cwd=str(ROOT))
-    assert proc.returncode != 0
-    assert "software.sdpa" in proc.stderr and "Traceback" not in proc.stderr + proc.stdout
-    assert len([x for x in proc.stderr.splitlines() if x.strip()]) == 1, proc.stderr
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr + proc.stdout
+    errors = [x for x in proc.stderr.splitlines() if x.startswith("Error:")]
+    assert len(errors) == 1 and "'--sdpa'" in errors[0], proc.stderr
+
+
+@pytest.mark.parametrize("option,value,said", [
+    ("--torch-cuda", "two", "'two' is not a torch release"),
+    ("--sdpa", "flash,fast", "unknown SDPA backend 'fast'"),
+    ("--sdpa", ",", "names no SDPA backend"),
+    ("--transformer-engine", "1.13", "TE 2.0 and later"),
+])
+def test_cli_bad_software_values_name_the_option_given(option, value, said):
+    res = CliRunner().invoke(main, ["run", option, value, "--", "python", "-c", "pass"])
+    assert res.exit_code == 2, res.output
+    errors = [line for line in res.output.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1 and f"'{option}'" in errors[0] and said in errors[0], res.output
+    assert "--set" not in res.output and "software." not in res.output and ".toml" not in res.output
 
 
 # ---- validation: a record's torch release line ------------------------------------------------------------------------

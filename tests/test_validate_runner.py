@@ -12,14 +12,14 @@ import statistics
 import pytest
 
 from phantora.cluster import load_cluster
-from phantora.groundtruth.schema import record_from_table
+from phantora.groundtruth.schema import RECORD_FRAMEWORKS, record_from_table
 from phantora.groundtruth.store import load_suite
 from phantora.groundtruth.tomlwrite import dumps
 from phantora.paths import groundtruth_dir
 from phantora.throughput import iteration_times
 from phantora.simulate import simulate_streams
 from phantora.synthetic import SyntheticModel, fsdp_streams
-from phantora_validation.cases import Case, case_from_record
+from phantora_validation.cases import WORKLOAD_COMMANDS, Case, case_from_record
 from phantora_validation.runner import CachedRunner, CaseFailed, LiveRunner, parse_summary, trace_cost_sources
 from phantora_validation.torchtitan import TORCH_RELEASES
 
@@ -125,6 +125,10 @@ def test_live_command_wraps_the_training_command():
     assert cmd[cmd.index("--") + 1:] == case.command
     for opt in case.run_options:                     # the software options come before the program
         assert cmd.index(opt) < cmd.index("--")
+
+
+def test_every_framework_a_record_may_name_has_a_workload_command():
+    assert set(WORKLOAD_COMMANDS) == set(RECORD_FRAMEWORKS)
 
 
 def test_unsupported_case_fails_without_running(tmp_path):

@@ -21,7 +21,8 @@ from .moe import FRAMEWORK as MOE_FRAMEWORK, moe_command, moe_run_options
 from .reference import reference_command
 from .torchtitan import UnsupportedCase, torchtitan_command, torchtitan_environment, torchtitan_run_options
 
-# framework -> function building the training command from a record
+# framework (each of phantora.groundtruth.schema.RECORD_FRAMEWORKS, the names a record may give) -> function
+# building the training command from a record
 WORKLOAD_COMMANDS: dict[str, Callable[[Record], list[str]]] = {
     "torchtitan": torchtitan_command,
     "phantora-llama": reference_command,

@@ -70,9 +70,10 @@ class AllocatorConfig:
     expandable_segments: bool = False
 
     @classmethod
-    def parse(cls, text: str) -> "AllocatorConfig":
-        """From the value of PYTORCH_CUDA_ALLOC_CONF ('key:value,key:value'). Settings the model does not
-        follow are accepted and ignored (see the module docstring)."""
+    def parse(cls, text: str, source: str = "PYTORCH_CUDA_ALLOC_CONF") -> "AllocatorConfig":
+        """From the value of PYTORCH_CUDA_ALLOC_CONF ('key:value,key:value'). Settings of PyTorch's that the
+        model does not follow are accepted and ignored (see the module docstring); a key PyTorch does not know is
+        refused, as PyTorch refuses it. `source` names where the text came from in error messages."""
         expandable = False
         for item in (text or "").split(","):
             item = item.strip()
@@ -80,25 +81,23 @@ class AllocatorConfig:
                 continue
             key, sep, value = item.partition(":")
             if not sep:
-                raise PhantoraError(f"allocator setting {item!r} is not 'key:value' (PYTORCH_CUDA_ALLOC_CONF)")
+                raise PhantoraError(f"allocator setting {item!r} is not 'key:value' ({source})")
             key, v = key.strip(), value.strip()
             if key == "expandable_segments":
                 if v not in ("True", "False"):
-                    raise PhantoraError(f"expandable_segments expects True or False, not {v!r}")
+                    raise PhantoraError(f"expandable_segments expects True or False, not {v!r} ({source})")
                 expandable = v == "True"
             elif key == "garbage_collection_threshold":
                 if not _number(v) or not 0.0 < float(v) < 1.0:
                     raise PhantoraError(f"garbage_collection_threshold must lie between 0 and 1, not {v!r} "
-                                        f"(PYTORCH_CUDA_ALLOC_CONF)")
+                                        f"({source})")
             elif key == "max_split_size_mb":
                 if not _number(v) or float(v) <= 0:
-                    raise PhantoraError(f"max_split_size_mb must be a positive number of MiB, not {v!r} "
-                                        f"(PYTORCH_CUDA_ALLOC_CONF)")
-            elif key not in ALLOC_CONF_KEYS:
+                    raise PhantoraError(f"max_split_size_mb must be a positive number of MiB, not {v!r} ({source})")
+            elif key not in ALLOC_CONF_KEYS:     # PyTorch itself refuses a key it does not know
                 near = difflib.get_close_matches(key, ALLOC_CONF_KEYS, n=1, cutoff=0.8)
-                if near:                     # a misspelt setting: PyTorch itself refuses a key it does not know
-                    raise PhantoraError(f"allocator setting {key!r} is not one PyTorch knows; did you mean "
-                                        f"{near[0]!r}? (PYTORCH_CUDA_ALLOC_CONF)")
+                hint = f"did you mean {near[0]!r}?" if near else f"known: {', '.join(ALLOC_CONF_KEYS)}"
+                raise PhantoraError(f"allocator setting {key!r} is not one PyTorch knows; {hint} ({source})")
         return cls(expandable)
 
     @classmethod
@@ -106,7 +105,7 @@ class AllocatorConfig:
         """PYTORCH_CUDA_ALLOC_CONF, else PYTORCH_ALLOC_CONF (PyTorch reads the newer name when both are set)."""
         for var in reversed(ALLOC_CONF_VARS):
             if env.get(var):
-                return cls.parse(env[var])
+                return cls.parse(env[var], source=var)
         return cls()
 
     def to_text(self) -> str:
@@ -117,9 +116,10 @@ ALLOC_CONF_KEYS = ("backend", "max_split_size_mb", "max_non_split_rounding_mb", 
                    "roundup_power2_divisions", "expandable_segments", "release_lock_on_cudamalloc",
                    "pinned_use_cuda_host_register", "pinned_use_host_register", "pinned_num_register_threads",
                    "pinned_use_background_threads", "pinned_reserve_segment_size_mb",
-                   "graph_capture_record_stream_reuse", "per_process_memory_fraction")
-"""Settings of PyTorch's CUDA caching allocator (PYTORCH_CUDA_ALLOC_CONF); a key close to one of them is refused as
-a misspelling, others are ignored."""
+                   "graph_capture_record_stream_reuse", "per_process_memory_fraction", "pinned_free_catch_all",
+                   "throw_on_cudamalloc_oom", "release_lock_on_hipmalloc", "pinned_use_hip_host_register")
+"""Settings of PyTorch's CUDA caching allocator (PYTORCH_CUDA_ALLOC_CONF; c10's AllocatorConfig and
+CUDAAllocatorConfig keys); any other key is refused (one close to a known key as a misspelling)."""
 
 
 def _number(text: str) -> bool:

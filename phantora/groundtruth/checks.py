@@ -1,10 +1,10 @@
 """Plausibility of a record against the presets and against physics.
 
 `check_record(record)` returns the problems (which make a submission fail) and warnings (which are printed). The
-checks: the GPU, model and cluster presets exist and agree with the record; the cluster preset models the measured
-hosts; peak memory fits in the GPU's memory unless the run ran out of it; the throughput is below what the GPU's
-dense peak allows for the model's training FLOPs per token; a reported MFU agrees with the reported throughput; an
-iteration time agrees with the throughput and the batch.
+checks: the framework is one of `schema.RECORD_FRAMEWORKS`; the GPU, model and cluster presets exist and agree
+with the record; the cluster preset models the measured hosts; peak memory fits in the GPU's memory unless the run
+ran out of it; the throughput is below what the GPU's dense peak allows for the model's training FLOPs per token; a
+reported MFU agrees with the reported throughput; an iteration time agrees with the throughput and the batch.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..errors import PhantoraError, PresetError
-from .schema import Record
+from .schema import RECORD_FRAMEWORKS, Record
 
 TOLERANCE = 0.10      # relative disagreement allowed between two figures that must describe the same run
 
@@ -72,6 +72,9 @@ def check_record(record: Record, *, file: str | None = None) -> CheckReport:
     def warn(key: str, text: str) -> None:
         rep.warnings.append(f"{where}key '{key}': {text}")
 
+    if wl.framework not in RECORD_FRAMEWORKS:
+        problem("workload.framework", f"unknown framework '{wl.framework}' (known: "
+                                      f"{', '.join(RECORD_FRAMEWORKS)})")
     gpu = model = cluster = None
     try:
         gpu = load_gpu(hw.gpu)

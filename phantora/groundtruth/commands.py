@@ -8,6 +8,7 @@ import click
 
 from ..clitools import user_errors as _user_errors
 from ..errors import PhantoraError
+from .schema import RECORD_FRAMEWORKS
 
 
 @click.group("groundtruth")
@@ -15,9 +16,19 @@ def groundtruth() -> None:
     """Measured results with provenance: write, check and list ground-truth records."""
 
 
+def _suite_name(ctx, param, value):
+    from .schema import ID_RE
+    if not ID_RE.match(value):
+        raise click.BadParameter(f"'{value}' must be lowercase letters, digits, '.', '_' or '-', starting with a "
+                                 f"letter or digit (a folder under groundtruth/)", ctx=ctx, param=param)
+    return value
+
+
 @groundtruth.command("new")
-@click.option("--suite", default="local", show_default=True, help="Suite the record will belong to.")
-@click.option("--framework", default="torchtitan", show_default=True, help="Framework of the workload.")
+@click.option("--suite", default="local", show_default=True, callback=_suite_name,
+              help="Suite the record will belong to.")
+@click.option("--framework", default="torchtitan", show_default=True, type=click.Choice(RECORD_FRAMEWORKS),
+              help="Framework of the workload.")
 def new_cmd(suite: str, framework: str) -> None:
     """Print a commented record template.
 

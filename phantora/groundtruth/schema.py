@@ -22,6 +22,8 @@ HEX_RE = re.compile(r"^[0-9a-f]{7,40}$")
 INTRA_LINKS = ("nvswitch", "nvlink-mesh", "pcie")
 AC_MODES = ("none", "full", "selective-op", "selective-layer")
 PRECISIONS = ("bf16", "fp16", "tf32", "fp32")
+# workload.framework: the frameworks whose records the validation harness (validation/cases.py) turns into runs
+RECORD_FRAMEWORKS = ("torchtitan", "megatron-core", "deepspeed", "phantora-llama", "phantora-moe")
 METRIC_KEYS = ("tokens_per_s_per_gpu", "mfu_percent", "iteration_s", "memory_gib", "memory_allocated_gib")
 # workload.task: "" is a language model (`model` a preset of presets/models, seq_len its tokens per sequence);
 # "other" a workload of the framework's that is not one (`model` names it: DeepSpeed's resnet50, sd15-unet, gat),
@@ -115,7 +117,7 @@ class Parallelism:
 @dataclass
 class Workload:
     """What was trained, and how."""
-    framework: str                 # "torchtitan", "megatron-core", "phantora-llama" (presets/workloads), ...
+    framework: str                 # one of RECORD_FRAMEWORKS: "torchtitan", "megatron-core", "phantora-llama", ...
     framework_version: str         # release or commit of the framework
     model: str                     # model preset name (presets/models)
     micro_batch: int               # sequences per GPU per forward/backward (TorchTitan's local batch size)

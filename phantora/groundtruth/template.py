@@ -6,13 +6,15 @@ The template is a complete record of an imaginary single-host run except for its
 
 from __future__ import annotations
 
+from .tomlwrite import value
+
 TEMPLATE = '''\
 # Ground-truth record: one measured training run (every key: docs/groundtruth.md).
 # Fill it in, then check and file it with:  phantora groundtruth submit FILE [--dry-run] [--simulate]
 # Give only the metrics you measured; leave the others out. Units are in the key names.
 
-id = "{framework}-llama3-8b-8xh100-fsdp8-b2-s8192"   # unique in the suite; lowercase, digits, '.', '_', '-'
-suite = "{suite}"                                     # folder under groundtruth/
+id = {id}   # unique in the suite; lowercase, digits, '.', '_', '-'
+suite = {suite}                                     # folder under groundtruth/
 # notes = "anything else: dataset, optimizer settings, confidence interval over N runs"
 
 [source]
@@ -36,7 +38,7 @@ inter_host_gbps_per_gpu = 0.0   # scale-out Gb/s per GPU (0 for one host), e.g. 
 inter_host_link = ""         # in words, e.g. "InfiniBand NDR, one 400 Gb/s NIC per GPU"
 
 [workload]
-framework = "{framework}"
+framework = {framework}
 framework_version = "0.3.0"  # release or commit
 torch_version = ""           # release or commit
 model = "llama3-8b"          # model preset (phantora presets)
@@ -76,5 +78,6 @@ tokens_per_s_per_gpu = 6000.0   # or tokens_per_s (whole job)
 
 
 def template(suite: str = "local", framework: str = "torchtitan") -> str:
-    """The commented template for a record of `suite`."""
-    return TEMPLATE.format(suite=suite, framework=framework)
+    """The commented template for a record of `suite` (the values written as TOML strings, whatever they hold)."""
+    return TEMPLATE.format(id=value(f"{framework}-llama3-8b-8xh100-fsdp8-b2-s8192"), suite=value(suite),
+                           framework=value(framework))

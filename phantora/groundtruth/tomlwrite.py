@@ -13,21 +13,28 @@ import math
 import re
 from typing import Any
 
-BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")      # characters TOML lets a string hold only escaped
 
 
 def _key(k: str) -> str:
-    return k if BARE_KEY.match(k) else json.dumps(k, ensure_ascii=False)
+    return k if BARE_KEY.fullmatch(k) else _basic(k)
+
+
+def _basic(s: str) -> str:
+    """A basic (one-line) string: JSON escapes every character TOML needs escaped but DEL."""
+    return json.dumps(s, ensure_ascii=False).replace("\x7f", "\\u007f")
 
 
 def _string(s: str) -> str:
-    if "\n" in s and '"""' not in s and "\\" not in s:
+    if "\n" in s and '"""' not in s and "\\" not in s and not CONTROL.search(s):
         # A multi-line basic string; a newline right after the opening quotes is trimmed by TOML readers.
         return '"""\n' + s.replace('"', '\\"') + '"""'
-    return json.dumps(s, ensure_ascii=False)
+    return _basic(s)
 
 
-def _value(v: Any) -> str:
+def value(v: Any) -> str:
+    """TOML text of one value (a string quoted and escaped as TOML requires)."""
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, int):
@@ -39,7 +46,7 @@ def _value(v: Any) -> str:
     if isinstance(v, str):
         return _string(v)
     if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(_value(x) for x in v) + "]"
+        return "[" + ", ".join(value(x) for x in v) + "]"
     raise TypeError(f"cannot write a {type(v).__name__} to TOML")
 
 
@@ -57,6 +64,6 @@ def _emit(table: dict[str, Any], path: list[str], lines: list[str]) -> None:
         lines.append("")
         lines.append("[" + ".".join(_key(p) for p in path) + "]")
     for k, v in scalars:
-        lines.append(f"{_key(k)} = {_value(v)}")
+        lines.append(f"{_key(k)} = {value(v)}")
     for k, v in tables:
         _emit(v, path + [k], lines)

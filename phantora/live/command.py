@@ -11,8 +11,10 @@ from pathlib import Path
 import click
 
 from ..cluster import load_cluster, software_overrides
+from ..engine.allocator import AllocatorConfig
 from ..errors import PhantoraError
 from ..routing import parse as parse_routing
+from ..software import SDPA_BACKENDS, parse_release, te_release_problem
 from .launcher import (RunFailed, RunOptions, check_program, default_trace_name, program_argv, run_live,
                        signal_text)
 from .ranks import check_process_count, plan_ranks
@@ -41,6 +43,33 @@ VALUES_NOTE = ("tensors hold no data: reading a value (.item(), .tolist(), print
 def _positive_seconds(ctx, param, value):
     if value is not None and not (math.isfinite(value) and value > 0):
         raise click.BadParameter(f"{value} is not a positive number of seconds", ctx=ctx, param=param)
+    return value
+
+
+def _torch_release(ctx, param, value):
+    if value is not None and parse_release(value) is None:
+        raise click.BadParameter(f"'{value}' is not a torch release like 2.6 or 2.11.0", ctx=ctx, param=param)
+    return value
+
+
+def _sdpa_order(ctx, param, value):
+    if value is None:
+        return value
+    names = [n.strip() for n in value.split(",") if n.strip()]
+    if not names:
+        raise click.BadParameter(f"{value!r} names no SDPA backend ({', '.join(SDPA_BACKENDS)})", ctx=ctx,
+                                 param=param)
+    for name in names:
+        if name not in SDPA_BACKENDS:
+            raise click.BadParameter(f"unknown SDPA backend '{name}' ({', '.join(SDPA_BACKENDS)})", ctx=ctx,
+                                     param=param)
+    return value
+
+
+def _te_release(ctx, param, value):
+    problem = te_release_problem(value) if value is not None else None
+    if problem:
+        raise click.BadParameter(problem, ctx=ctx, param=param)
     return value
 
 
@@ -156,13 +185,13 @@ def _check_program_start(program: list[str]) -> None:
               help="Seconds a rank may stay silent while others wait on it before the run is stopped (> 0).")
 @click.option("--algo", type=click.Choice(["ring", "tree"]), default=None, help="Force a collective algorithm.")
 @click.option("--proto", type=click.Choice(["LL", "LL128", "Simple"]), default=None, help="Force an NCCL protocol.")
-@click.option("--torch-cuda", default=None, metavar="VERSION",
+@click.option("--torch-cuda", default=None, metavar="VERSION", callback=_torch_release,
               help="Emulate the CUDA kernel choices of this torch release (fused RMSNorm, SDPA order); "
                    "default: the ranks' own torch.")
-@click.option("--sdpa", default=None, metavar="LIST",
+@click.option("--sdpa", default=None, metavar="LIST", callback=_sdpa_order,
               help="SDPA backends in priority order, e.g. flash,efficient,math (overrides torch's and the "
                    "script's choice).")
-@click.option("--transformer-engine", "transformer_engine", default=None, metavar="VERSION",
+@click.option("--transformer-engine", "transformer_engine", default=None, metavar="VERSION", callback=_te_release,
               help="The ranks import Transformer Engine VERSION (2.x): a stand-in whose layers issue the GEMMs, "
                    "norms, fused attention and tensor-parallel collectives TE launches (docs/megatron.md).")
 @click.option("--routing", "routing_text", default="balanced", show_default=True,
@@ -219,6 +248,7 @@ def run_cmd(cluster, nodes, gpus_per_node, gpu, overrides, ranks, pp_degree, tra
         nodes, gpus_per_node, notes = torchrun_options(nodes, gpus_per_node, torchrun)
         _check_program_start(list(program))
         check_program(program_argv(list(program)))    # a missing script or command: before anything starts
+        AllocatorConfig.from_env(os.environ)           # an allocator setting PyTorch would refuse, likewise
         for note in notes:
             click.echo(f"phantora: {note}", err=True)
         overrides = list(overrides) + software_overrides(torch_cuda, sdpa, transformer_engine)

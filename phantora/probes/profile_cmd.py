@@ -219,7 +219,7 @@ def profile_traces(traces: Sequence[str | Path], out: str | Path, *, gpu: str | 
     return run
 
 
-@click.command("profile")
+@click.command("profile", context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("traces", nargs=-1, type=click.Path(exists=True, dir_okay=False))
 @click.option("--out", required=True, type=click.Path(dir_okay=False),
               help="Profile database (HDF5) to write, or to merge into when it exists.")

@@ -35,6 +35,7 @@ for _k in OpKind:
 _SOURCE_BY_VALUE: list[CostSource | None] = [None] * 256
 for _s in CostSource:
     _SOURCE_BY_VALUE[int(_s)] = _s
+_KNOWN_KIND = np.array([k is not None for k in _KIND_BY_VALUE])
 
 # Op attributes set from row columns (in the order of _RowOp's parameters after kind, source and name, which are
 # mapped separately).
@@ -170,7 +171,9 @@ class TraceReader:
         ds = self._rank_dataset(rank, S.OPS)
         if ds is None:
             return np.empty(0, S.OP_DTYPE)
-        return self._read_rows(ds, 0, len(ds), S.OP_DTYPE, f"the ops of rank {rank}", self._pool())
+        rows = self._read_rows(ds, 0, len(ds), S.OP_DTYPE, f"the ops of rank {rank}", self._pool())
+        self._check_rows(rows, rank, 0)
+        return rows
 
     def iterations(self, rank: int, ops: np.ndarray | None = None) -> np.ndarray:
         """Iteration-mark times of `rank` (s): the writer's marks, else the end times of its ITER_MARK ops
@@ -207,6 +210,7 @@ class TraceReader:
                 if hi < n:
                     nxt = prefetch.submit(self._read_rows, ds, hi, min(n, hi + _BLOCK_ROWS), S.OP_DTYPE, what,
                                           None)
+                self._check_rows(rows, rank, lo)
                 ops = self._build_ops(rows, names, rank, lo)
                 yield from ops
 
@@ -384,6 +388,21 @@ class TraceReader:
         if not 0 <= i < len(names):
             raise TraceError(f"{self.path}: string index {i} out of range (string table has {len(names)})")
         return names[i]
+
+    def _check_rows(self, rows: np.ndarray, rank: int, offset: int) -> None:
+        """Refuse op rows no Phantora writes: an op kind outside the schema's, a duration that is not a finite
+        number of seconds >= 0."""
+        bad = np.flatnonzero(~_KNOWN_KIND[rows["kind"]])
+        if len(bad):
+            i = int(bad[0])
+            raise TraceError(f"{self.path}: rank {rank}, op {offset + i}: unknown op kind {int(rows['kind'][i])} "
+                             f"(known: 0-{max(map(int, OpKind))}; written by a newer Phantora, or damaged)")
+        duration = rows["duration"]
+        bad = np.flatnonzero(~(np.isfinite(duration) & (duration >= 0)))
+        if len(bad):
+            i = int(bad[0])
+            raise TraceError(f"{self.path}: rank {rank}, op {offset + i}: duration {float(duration[i])!r} is not "
+                             f"a number of seconds >= 0 (a damaged trace)")
 
     def _lookup(self, values: np.ndarray, table: list, what: str, rank: int, offset: int) -> list:
         out = list(map(table.__getitem__, values.tolist()))
