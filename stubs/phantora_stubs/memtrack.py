@@ -86,18 +86,10 @@ class MemoryTracker:
     def scratch(self, nbytes: int, device_index: int | None) -> int:
         """A temporary block a CUDA kernel allocates beside its outputs (cuda_scratch.py): allocated now, freed by
         `free_scratch` once the kernel is issued. Returns its block id."""
-        block = next(self._ids)
-        stream = self.dev.stream(device_index)
-        try:
-            rounded = self.allocator.alloc(nbytes, block, stream)
-        except DeviceOutOfMemory as oom:
-            raise torch.OutOfMemoryError(self._oom_message(oom, device_index)) from None
-        self.runtime.submit(Op(OpKind.ALLOC, stream=stream, nbytes=nbytes, arg=block, mem=rounded))
-        return block
+        return self._new_block(nbytes, device_index)[0]
 
     def free_scratch(self, block: int, nbytes: int) -> None:
-        rounded = self.allocator.free(block)
-        self.runtime.submit(Op(OpKind.FREE, nbytes=nbytes, arg=block, mem=rounded))
+        self._free_block(block, nbytes)
 
     # -- internals -------------------------------------------------------------------------------------------------
     def _watch(self, storage, key: int, block: int, nbytes: int) -> None:
@@ -117,23 +109,31 @@ class MemoryTracker:
         if device_index is not None and self._devices is not None and device_index >= self._devices:
             from .cuda_device import _check_index
             _check_index(device_index)   # a tensor on a device the process does not have: invalid device ordinal
+        block, rounded = self._new_block(nbytes, device_index)
+        self._watch(storage, key, block, nbytes)
+        return rounded
+
+    def _new_block(self, nbytes: int, device_index: int | None) -> tuple[int, int]:
+        """A block of `nbytes` from the allocator model on the device's current stream, announced as `ALLOC`:
+        (block id, its rounded size); beyond the device's memory, torch.OutOfMemoryError."""
         block = next(self._ids)
         stream = self.dev.stream(device_index)
         try:
             rounded = self.allocator.alloc(nbytes, block, stream)
         except DeviceOutOfMemory as oom:
             raise torch.OutOfMemoryError(self._oom_message(oom, device_index)) from None
-        self._watch(storage, key, block, nbytes)
-        self.runtime.submit(Op(OpKind.ALLOC, stream=stream, nbytes=nbytes, arg=block,
-                               mem=rounded))
-        return rounded
+        self.runtime.submit(Op(OpKind.ALLOC, stream=stream, nbytes=nbytes, arg=block, mem=rounded))
+        return block, rounded
+
+    def _free_block(self, block: int, nbytes: int) -> None:
+        rounded = self.allocator.free(block)
+        self.runtime.submit(Op(OpKind.FREE, nbytes=nbytes, arg=block, mem=rounded))
 
     def _release(self, key: int) -> None:
         block, nbytes = self._live.get(key, (0, 0))
         if block:
-            rounded = self.allocator.free(block)
             self._live[key] = (0, 0)
-            self.runtime.submit(Op(OpKind.FREE, nbytes=nbytes, arg=block, mem=rounded))
+            self._free_block(block, nbytes)
 
     def _storage_died(self, key: int) -> None:
         METER.enter(3)         # the tracker's own work is not the framework's CPU time (reached through the
