@@ -161,7 +161,7 @@ def _scratch_rows(lines):
 def test_ops_hold_the_temporaries_they_hold_on_a_gpu():
     """groundtruth/insitu/op_scratch.py prints, per common training op, its peak of allocated memory, what it keeps
     and what it held beyond that; under simulation each modelled op prints what it printed on an H200
-    (h200-scratch/), within 1 MiB (the SDPA backend a GPU picks by default differs by 1 MiB of statistics)."""
+    (h200-scratch/), within 1 MiB."""
     gt = ROOT / "groundtruth" / "insitu"
     proc = phantora_run("--cluster", "h200-1gpu", "--no-trace", "--", "python", str(gt / "op_scratch.py"))
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -19,7 +19,7 @@ the decomposition.
 on an H100 runs `_cudnn_attention_forward/backward`); earlier releases, and every other GPU, put flash attention
 first. The CPU build's default order is the latter, so `install` sets the emulated release's order once; a script's
 `sdpa_kernel(..., set_priority=True)` still changes it as on a GPU. `PHANTORA_SDPA` forces an order over both, for
-reproducing a run whose framework version chose differently. `interceptor.plan_sdpa` walks `sdpa_order()`.
+reproducing a run whose framework version chose differently. `cuda_sdpa.plan_sdpa` walks `sdpa_order()`.
 """
 
 from __future__ import annotations

@@ -41,7 +41,7 @@ from typing import Any
 import torch
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode, unset_fake_temporarily
 
-from . import conversions, forked_children, saving, thread_waits, torch_profiler
+from . import conversions, cuda_sdpa, forked_children, saving, thread_waits, torch_profiler
 from .clock import METER, unmetered
 from .values import VALUES, small_buffer
 
@@ -665,7 +665,7 @@ def install(ctx) -> None:
     _install_scalar_read_kernel(ctx)
     _install_foreach_types()
     _install_iteration_marks(ctx)
-    interceptor.install_sdpa_routing()
+    cuda_sdpa.install()
     from . import cuda_dispatch
     ctx.extras["fused_cuda_ops"] = cuda_dispatch.install(ctx.config.torch_cuda, ctx.gpu.sm_version, ctx.config.sdpa)
     if ctx.config.host_cpu == "measured":

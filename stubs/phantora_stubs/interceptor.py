@@ -20,10 +20,9 @@ and the ops it issues on its local tensors come back here with their real (per-r
 subclass level would count global shapes. Inside `shadow()` (DTensor's sharding propagation) ops only run on fake
 tensors. The meter subtracts `clock.METER.entry_cost` per op, the round trip into this mode measured at start-up.
 
-SDPA: `aten::scaled_dot_product_attention` is overridden for the CUDA autograd key (and caught here under inference
-mode) to call the fused kernel CUDA's backend selection would pick: backends are tried in torch's priority order
-(`cuda_dispatch.sdpa_order`: cuDNN first on sm90/sm100 from torch 2.9, else flash, memory-efficient, math;
-PHANTORA_SDPA overrides), each if enabled and its constraints hold, the math path last (see `plan_sdpa`).
+SDPA: `aten::scaled_dot_product_attention` is overridden for the CUDA autograd key (cuda_sdpa.py) to call the
+fused kernel CUDA's backend selection would pick; under inference mode it reaches this mode directly and is routed
+the same way (`cuda_sdpa.plan_sdpa`).
 """
 
 from __future__ import annotations
@@ -43,7 +42,7 @@ from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.weak import WeakIdKeyDictionary
 
-from . import alltoall, comm, cuda_checks, cuda_rng, cuda_scratch, exchange, host_compute, syncbn_ops
+from . import alltoall, comm, cuda_checks, cuda_rng, cuda_scratch, cuda_sdpa, exchange, host_compute, syncbn_ops
 from .clock import METER
 from .compiled import SILENT
 from .clock import REAL as _REAL_CLOCKS
@@ -747,7 +746,7 @@ class Interceptor(TorchDispatchMode):
     # -- attention --------------------------------------------------------------------------------------------------
     def _sdpa(self, args, kwargs):
         """aten.scaled_dot_product_attention reached the mode directly (inference mode): route it here."""
-        func, fargs, fkwargs, pick = plan_sdpa(*args, **kwargs)
+        func, fargs, fkwargs, pick = cuda_sdpa.plan_sdpa(*args, **kwargs)
         out = self._dispatch(func, fargs, fkwargs)
         return pick(out)
 
@@ -859,85 +858,3 @@ _LIFT_FRESH = torch.ops.aten.lift_fresh.default
 REAL_THREAD_TIME = _REAL_CLOCKS["thread_time"]
 _current_fake_mode = torch._C._get_dispatch_mode
 _FAKE_KEY = torch._C._TorchDispatchModeKey.FAKE
-# -- SDPA backend selection ----------------------------------------------------------------------------------------
-
-def _sm_version() -> int:
-    from .context import CTX
-    if CTX is None:
-        return 90
-    return CTX.gpu.sm_version
-
-
-def plan_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
-    """The op CUDA's SDPA backend selection would run: (op, args, kwargs, picks the attention output).
-
-    Backends are tried in the order torch would try them (cuda_dispatch.sdpa_order: the emulated release's default,
-    a script's `sdpa_kernel(..., set_priority=True)`, or PHANTORA_SDPA), each if enabled and its constraints hold;
-    the math path is the last resort."""
-    from . import cuda_dispatch
-
-    q, k, v = query, key, value
-    four_d = q.dim() == 4 and k.dim() == 4 and v.dim() == 4
-    head = q.size(-1)
-    sm = _sm_version()
-    backends = torch.backends.cuda
-    half = q.dtype in (torch.float16, torch.bfloat16) and k.dtype == q.dtype and v.dtype == q.dtype
-    same_head = k.size(-1) == head and v.size(-1) == head
-    gqa_ok = enable_gqa or (four_d and q.size(1) == k.size(1) == v.size(1))
-    need_lse = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
-    for name in cuda_dispatch.sdpa_order():
-        if name == "cudnn":
-            if (_enabled(backends, "cudnn_sdp_enabled") and four_d and sm >= 80 and half and same_head
-                    and head <= 128 and head % 8 == 0 and attn_mask is None and gqa_ok):
-                return (torch.ops.aten._scaled_dot_product_cudnn_attention.default,
-                        (q, k, v, None, need_lse, float(dropout_p), bool(is_causal), False), {"scale": scale},
-                        lambda o: o[0])
-        elif name == "flash":
-            if (backends.flash_sdp_enabled() and four_d and sm >= 80 and attn_mask is None and half
-                    and head <= 256 and same_head and head % 8 == 0 and gqa_ok):
-                return (torch.ops.aten._scaled_dot_product_flash_attention.default,
-                        (q, k, v, float(dropout_p), bool(is_causal), False), {"scale": scale}, lambda o: o[0])
-        elif name == "efficient":
-            if (backends.mem_efficient_sdp_enabled() and four_d and not enable_gqa
-                    and q.dtype in (torch.float32, torch.float16, torch.bfloat16) and k.dtype == q.dtype
-                    and v.dtype == q.dtype and k.size(-1) == head and q.size(1) == k.size(1) == v.size(1)):
-                bias = attn_mask
-                if bias is not None:
-                    if bias.dtype == torch.bool:
-                        bias = torch.zeros(bias.shape, dtype=q.dtype, device=q.device).masked_fill(~bias,
-                                                                                                  float("-inf"))
-                    bias = bias.expand(q.size(0), q.size(1), q.size(2), k.size(2))
-                return (torch.ops.aten._scaled_dot_product_efficient_attention.default,
-                        (q, k, v, bias, need_lse, float(dropout_p), bool(is_causal)), {"scale": scale},
-                        lambda o: o[0])
-        elif name == "math":
-            break
-    return (torch.ops.aten._scaled_dot_product_attention_math.default,
-            (q, k, v, attn_mask, float(dropout_p), bool(is_causal)), {"scale": scale, "enable_gqa": enable_gqa},
-            lambda o: o[0])
-
-
-def _enabled(backends, flag: str) -> bool:
-    fn = getattr(backends, flag, None)
-    return bool(fn()) if fn is not None else False
-
-
-def sdpa_cuda_kernel(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
-                     enable_gqa=False):
-    """Kernel registered for aten::scaled_dot_product_attention on the CUDA (autograd) keys."""
-    func, args, kwargs, pick = plan_sdpa(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
-    return pick(func(*args, **kwargs))
-
-
-_SDPA_LIB = None
-
-
-def install_sdpa_routing() -> None:
-    """Override aten::scaled_dot_product_attention for CUDA tensors (idempotent)."""
-    global _SDPA_LIB
-    if _SDPA_LIB is not None:
-        return
-    lib = torch.library.Library("aten", "IMPL")
-    lib.impl("scaled_dot_product_attention", sdpa_cuda_kernel, "AutogradCUDA")
-    lib.impl("scaled_dot_product_attention", sdpa_cuda_kernel, "CUDA")
-    _SDPA_LIB = lib
