@@ -202,6 +202,21 @@ def test_missing_program_is_one_line_with_no_trace_and_no_folder(tmp_path, progr
     assert _run_dirs(tmpdir) == []
 
 
+@pytest.mark.parametrize("program", [[sys.executable, "-I", "-c", "print('ran')"], ["/bin/echo", "ran"]])
+def test_a_program_that_never_loads_the_stubs_is_named_so(tmp_path, program):
+    """A command that is not Python, or Python that ignores PYTHONPATH (-I), runs without the stubs: it never
+    connects, and the report says so instead of "before its program finished"."""
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    proc = subprocess.run([sys.executable, "-m", "phantora.cli", "run", "--gpus-per-node", "1", "--no-trace", "--",
+                           *program], cwd=str(ROOT), env=_env(tmpdir), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1
+    assert "[rank0]: ran" in proc.stdout
+    assert "rank 0 exited (code 0) without loading Phantora's stubs" in proc.stderr, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    assert _run_dirs(tmpdir) == []
+
+
 @pytest.mark.parametrize("value", ["0", "-5", "nan"])
 def test_hang_timeout_must_be_positive(value):
     proc = phantora_run("--hang-timeout", value, "--", "python", STUCK, "--mode", "wait", timeout=60)

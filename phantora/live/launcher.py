@@ -393,8 +393,7 @@ def _run_ranks(opts: RunOptions, argv: list[str], sig: _Signals, progress: Calla
         elif dead is not None:
             failed_rank = dead
             code = procs[dead].popen.returncode
-            what = f"exited with code {code}{_signal_name(code)}" if code else \
-                "exited (code 0) before its program finished"
+            what = f"exited with code {code}{_signal_name(code)}" if code else _early_exit(server.ranks[dead])
             error = f"rank {dead} {what}; then: {error}"
         else:
             stacks = sorted(procs)              # mismatched collectives or a deadlock: where is every rank?
@@ -461,7 +460,7 @@ def _check_processes(server: EngineServer, procs: dict[int, _Proc], hang_s: floa
         if not lr.finished:
             server.step(0.05)
             if not server.ranks[r].finished:
-                return f"rank {r} exited (code 0) before its program finished", r
+                return f"rank {r} {_early_exit(server.ranks[r])}", r
     waiting = [lr for lr in server.ranks.values() if lr.awaiting is not None or lr.exchange is not None
                or lr.take is not None]
     if waiting:
@@ -472,6 +471,15 @@ def _check_processes(server: EngineServer, procs: dict[int, _Proc], hang_s: floa
                 return (f"rank {r} made no progress for {hang_s:.0f} s while rank(s) "
                         f"{[w.rank for w in waiting][:8]} wait for it (a hang in its program?)"), r
     return None, None
+
+
+def _early_exit(lr) -> str:
+    """Why a rank that exited with code 0 without saying goodbye failed."""
+    if lr.conn is None:
+        return ("exited (code 0) without loading Phantora's stubs: `phantora run` simulates Python programs, which "
+                "load the stubs from PYTHONPATH as they start; the command is not Python, or runs Python with -I, "
+                "-E or -S, or replaces PYTHONPATH")
+    return "exited (code 0) before its program finished"
 
 
 def _wait_for_failure(server: EngineServer, procs: dict[int, _Proc], seconds: float) -> int | None:
