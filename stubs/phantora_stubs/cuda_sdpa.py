@@ -15,8 +15,8 @@ groundtruth/insitu/sdpa_choice.py (`h200-sdpa/sdpa_choice.json`; tests/test_sdpa
   kept), dropout, grouped-query attention and causal attention with fewer queries than keys all accepted.
 - flash: sm80 or newer; fp16/bf16; no mask; one head dim for query, key and value, at most 256 (one that is not a
   multiple of 8 is padded to one, and the output sliced back); not causal with fewer queries than keys.
-- memory-efficient: fp32/fp16/bf16; query and key head dims equal, the value's and theirs multiples of 16 bytes'
-  elements (8 in fp16/bf16, 4 in fp32); one head count for query, key and value (`enable_gqa` with equal counts is
+- memory-efficient: fp32/fp16/bf16; query and key head dims equal; every head dim a multiple of 16 bytes (8
+  elements in fp16/bf16, 4 in fp32); one head count for query, key and value (`enable_gqa` with equal counts is
   fine); masks expanded to (batch, heads, queries, keys).
 - math: everything else.
 """
