@@ -11,8 +11,10 @@ the allocator's history; groundtruth/insitu/softmax_chain.py and op_scratch.py, 
   backward allocates none. In an unfused attention (Megatron-core's local spec) it is one more scores-sized fp32
   tensor at the peak of a step.
 - the SDPA backward kernels (flash, cuDNN, memory-efficient): fp32 accumulators of the query's size and softmax
-  statistics, 257, 130 and 129 MiB for batch 2, 32 heads, seq 4096, head_dim 128 (at other shapes, proportional to
-  the query: an assumption).
+  statistics, 257, 130 and 129 MiB for batch 2, 32 heads, seq 4096, head_dim 128, proportional to the query over
+  seven shapes (groundtruth/insitu/sdpa_scratch.py); with grouped-query attention flash and cuDNN also hold dk and
+  dv expanded to the query's heads, in the inputs' dtype (cuDNN 258 MiB against 130 without them for Llama 3 8B's
+  32 query and 8 key heads at seq 8192).
 - `embedding_dense_backward`: the sort-and-segment path's tables and fp32 partial sums (141.6 MiB for 16,384
   indices into a 2,048-wide table).
 
@@ -47,10 +49,10 @@ def _softmax_backward(args: tuple, kwargs: dict) -> int:
 def _attention_backward(q_fp32_copies: int, stats: int, flash: bool = False) -> Callable[[tuple, dict], int]:
     """An SDPA backward kernel (query, key = args 1, 2; tensors batch x heads x seq x head_dim) whose workspace is
     `q_fp32_copies` fp32 tensors of the query's size (dq accumulators) and `stats` fp32 vectors of batch x heads x
-    seq_q (softmax sums); FlashAttention-2 rounds seq_q up to 128 and head_dim up to 32, and where the key has fewer
-    heads than the query it expands dk and dv to the query's heads. Measured at one shape (batch 2, 32 heads, seq
-    4096, head_dim 128, causal, bf16: flash 257 MiB, cuDNN 130, memory-efficient 129); proportional to the query's
-    size, an assumption."""
+    seq_q (softmax sums); FlashAttention-2 rounds seq_q up to 128 and head_dim up to 32. Where the key has fewer
+    heads than the query (GQA; flash and cuDNN) the kernel also holds dk and dv expanded to the query's heads.
+    Measured on an H200 (bf16, causal) at batch 2, 32 heads, seq 4096, head_dim 128 (flash 257 MiB, cuDNN 130,
+    memory-efficient 129) and over seven shapes with and without GQA (groundtruth/insitu/sdpa_scratch.py)."""
     def rule(args: tuple, kwargs: dict) -> int:
         q, k = args[1], args[2]
         b, h, sq, d = q.shape
@@ -58,7 +60,7 @@ def _attention_backward(q_fp32_copies: int, stats: int, flash: bool = False) -> 
             sq = -(-sq // 128) * 128
             d = -(-d // 32) * 32 if d <= 192 else 256
         total = (q_fp32_copies * b * sq * h * d + stats * b * h * sq) * 4
-        if flash and k.shape[1] != h:
+        if k.shape[1] != h:
             total += 2 * b * k.shape[2] * h * q.shape[3] * q.element_size()
         return total
     return rule
