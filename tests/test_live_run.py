@@ -148,6 +148,18 @@ _SCRATCH_NOT_MODELLED = {("conv2d", "forward"), ("conv2d", "backward"), ("batch_
                          ("batch_norm", "backward"), ("sort_topk", "argsort"), ("reductions", "cumsum")}
 
 
+def _scratch_lines(script: str) -> tuple[dict, dict]:
+    """groundtruth/insitu/<script>.py run under simulation on one H200, and its H200 output (h200-scratch/), as
+    {(case, part): (peak, kept, beyond)} in MiB; both name the same lines."""
+    gt = ROOT / "groundtruth" / "insitu"
+    proc = phantora_run("--cluster", "h200-1gpu", "--no-trace", "--", "python", str(gt / f"{script}.py"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    simulated = _scratch_rows(line.split("]: ", 1)[1] for line in proc.stdout.splitlines() if "]: " in line)
+    measured = _scratch_rows((gt / "h200-scratch" / f"{script}.txt").read_text().splitlines())
+    assert simulated.keys() == measured.keys()
+    return simulated, measured
+
+
 def _scratch_rows(lines):
     out = {}
     for line in lines:
@@ -162,12 +174,7 @@ def test_ops_hold_the_temporaries_they_hold_on_a_gpu():
     """groundtruth/insitu/op_scratch.py prints, per common training op, its peak of allocated memory, what it keeps
     and what it held beyond that; under simulation each modelled op prints what it printed on an H200
     (h200-scratch/), within 1 MiB."""
-    gt = ROOT / "groundtruth" / "insitu"
-    proc = phantora_run("--cluster", "h200-1gpu", "--no-trace", "--", "python", str(gt / "op_scratch.py"))
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    simulated = _scratch_rows(line.split("]: ", 1)[1] for line in proc.stdout.splitlines() if "]: " in line)
-    measured = _scratch_rows((gt / "h200-scratch" / "op_scratch.txt").read_text().splitlines())
-    assert simulated.keys() == measured.keys()
+    simulated, measured = _scratch_lines("op_scratch")
     for key, (peak, kept, beyond) in measured.items():
         if key in _SCRATCH_NOT_MODELLED:
             continue
@@ -181,12 +188,7 @@ def test_attention_backward_holds_what_it_holds_on_a_gpu_over_shapes():
     peak, kept and held-beyond memory is within 1.5 MiB of the GPU's (cuDNN's softmax statistics are one or two
     vectors depending on the shape), but the memory-efficient kernel at an odd sequence length (1000), which holds
     4.3 MiB more on the GPU and is not modelled."""
-    gt = ROOT / "groundtruth" / "insitu"
-    proc = phantora_run("--cluster", "h200-1gpu", "--no-trace", "--", "python", str(gt / "sdpa_scratch.py"))
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    simulated = _scratch_rows(line.split("]: ", 1)[1] for line in proc.stdout.splitlines() if "]: " in line)
-    measured = _scratch_rows((gt / "h200-scratch" / "sdpa_scratch.txt").read_text().splitlines())
-    assert simulated.keys() == measured.keys()
+    simulated, measured = _scratch_lines("sdpa_scratch")
     for key, want in measured.items():
         if key == ("2x16x16x1000x96", "efficient"):
             continue

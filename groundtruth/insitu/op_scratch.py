@@ -203,15 +203,21 @@ def measure(fn):
     return peak, kept
 
 
+def report(case_name, part, fn):
+    """Measure `fn` (after a first run: lazily made state, cuBLAS handles, autotuning, is not counted) and print
+    its line."""
+    measure(fn)
+    peak, kept = measure(fn)
+    print(f"{case_name:>18} {part:<13} peak {peak / MiB:10.1f} MiB  kept {kept / MiB:10.1f} MiB  "
+          f"beyond {(peak - kept) / MiB:8.1f} MiB", flush=True)
+
+
 def main():
     torch.manual_seed(0)
     for make in CASES:
         parts = make()
         for name, fn in parts.items():
-            measure(fn)                 # once before: lazily made state (cuBLAS handles, autotuning) is not counted
-            peak, kept = measure(fn)
-            print(f"{make.__name__:>18} {name:<13} peak {peak / MiB:10.1f} MiB  kept {kept / MiB:10.1f} MiB  "
-                  f"beyond {(peak - kept) / MiB:8.1f} MiB", flush=True)
+            report(make.__name__, name, fn)
         del parts
         torch.cuda.empty_cache()
 

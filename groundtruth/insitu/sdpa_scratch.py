@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from op_scratch import MiB, measure
+from op_scratch import report
 
 SHAPES = [  # batch, heads, kv heads, seq, head dim
     (2, 32, 32, 4096, 128),
@@ -63,11 +63,7 @@ def main():
             fn = case(shape, backend)
             if fn is None:
                 continue
-            measure(fn)                 # once before: lazily made state is not counted
-            peak, kept = measure(fn)
-            name = "x".join(str(n) for n in shape)
-            print(f"{name:>18} {backend:<13} peak {peak / MiB:10.1f} MiB  kept {kept / MiB:10.1f} MiB  "
-                  f"beyond {(peak - kept) / MiB:8.1f} MiB", flush=True)
+            report("x".join(str(n) for n in shape), backend, fn)
             del fn
             torch.cuda.empty_cache()
 
