@@ -4,7 +4,9 @@ TE's default backend on sm80+ for bf16/fp16 is cuDNN's fused attention (the libr
 `NVTE_FUSED_ATTN=0` makes it FlashAttention, `NVTE_FLASH_ATTN=0` removes FlashAttention. The stand-in runs
 `scaled_dot_product_attention` with that backend priority (the cost model then costs the kernel the backend
 launches), grouped-query attention native (`enable_gqa`), on `sbhd` or `bshd` inputs. Context parallelism, `thd`
-(packed) inputs, attention bias and sliding windows are not modelled.
+(packed) inputs, attention bias and sliding windows are not modelled. The backward's temporaries are those of
+torch's cuDNN SDPA as measured on an H200 (stubs/phantora_stubs/cuda_scratch.py: with GQA, dk and dv expanded to
+the query's heads); what TE's own cuDNN graph holds was not measured.
 """
 
 from __future__ import annotations
