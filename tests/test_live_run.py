@@ -196,6 +196,21 @@ def test_attention_backward_holds_what_it_holds_on_a_gpu_over_shapes():
         assert all(abs(g - w) <= 1.5 for g, w in zip(got, want)), (key, got, want)
 
 
+def test_gemm_workspaces_are_allocated_as_on_a_gpu():
+    """groundtruth/insitu/blas_workspace.py: what cuBLAS and cuBLASLt take from the caching allocator, GEMM after GEMM
+    on the default stream, in a backward (the autograd engine's thread), on two side streams, measured on an H200
+    (h200-scratch/blas_workspace.txt). Simulated, each line is the GPU's, but the last: a GEMM the program issues
+    from a thread it started itself is not intercepted (docs/stubs.md, "Threads")."""
+    gt = ROOT / "groundtruth" / "insitu"
+    proc = phantora_run("--cluster", "h200-1gpu", "--no-trace", "--", "python", str(gt / "blas_workspace.py"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    simulated = [line.split("]: ", 1)[1] for line in proc.stdout.splitlines() if "beyond the tensors" in line]
+    measured = [line for line in (gt / "h200-scratch" / "blas_workspace.txt").read_text().splitlines()
+                if "beyond the tensors" in line]
+    assert len(simulated) == len(measured) == 10
+    assert simulated[:-1] == measured[:-1]
+
+
 def test_local_rank_argument_and_deepspeed_launcher_variables():
     """--local-rank-arg passes --local_rank=N (N = the rank's GPU on its node) after the script, before the script's
     own arguments, and every rank gets the deepspeed launcher's LOCAL_SIZE / CROSS_RANK / CROSS_SIZE."""

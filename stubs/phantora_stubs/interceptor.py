@@ -42,7 +42,7 @@ from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.weak import WeakIdKeyDictionary
 
-from . import alltoall, comm, cuda_checks, cuda_rng, cuda_scratch, cuda_sdpa, exchange, host_compute, syncbn_ops
+from . import alltoall, comm, cuda_blas, cuda_checks, cuda_rng, cuda_scratch, cuda_sdpa, exchange, host_compute, syncbn_ops
 from .clock import METER
 from .compiled import SILENT
 from .clock import REAL as _REAL_CLOCKS
@@ -222,6 +222,7 @@ class Interceptor(TorchDispatchMode):
         self.dev = ctx.dev
         self.coster = ctx.coster
         self.mem = ctx.mem
+        self.blas = cuda_blas.Workspaces(ctx.gpu.sm_version)     # the GEMM libraries' workspaces
         self._cats: dict[Any, int] = {}
         self._pending: WeakIdKeyDictionary = WeakIdKeyDictionary()   # functional-collective output -> event
         self._pinned: WeakIdKeyDictionary = WeakIdKeyDictionary()    # tensors made by pin_memory()
@@ -397,6 +398,7 @@ class Interceptor(TorchDispatchMode):
         draws = _NO_DRAWS
         if device is not None:
             mem = self.mem.track(outs)
+            self.blas.take(name, device, self.mem)
             scratch = cuda_scratch.nbytes(name, args, kwargs)
             block = self.mem.scratch(scratch, device) if scratch else 0
             self._emit_kernel(func, args, kwargs, device, mem)

@@ -91,6 +91,11 @@ class MemoryTracker:
     def free_scratch(self, block: int, nbytes: int) -> None:
         self._free_block(block, nbytes)
 
+    def keep(self, nbytes: int, device_index: int | None) -> int:
+        """A block a library takes from the caching allocator and never returns (cuda_blas.py: the GEMM
+        libraries' workspaces), allocated now on the device's current stream. Returns its block id."""
+        return self._new_block(nbytes, device_index)[0]
+
     # -- internals -------------------------------------------------------------------------------------------------
     def _watch(self, storage, key: int, block: int, nbytes: int) -> None:
         fresh = key not in self._live
