@@ -204,6 +204,8 @@ def install_torch(ctx: context.Context) -> None:
     ctx.groups = GroupRegistry(ctx.runtime, ctx.dev)
     cuda_install.install(ctx)
     fake.install(ctx)
+    from . import grad_fence
+    grad_fence.install()        # autograd.grad returns once the engine let go of the gradients (grad_fence.py)
     from . import syncbn_ops
     ctx.extras["syncbn_ops"] = syncbn_ops.install()    # SyncBatchNorm's CUDA statistics kernels on fake tensors
     dist_install.install(ctx)
