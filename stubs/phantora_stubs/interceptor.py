@@ -42,7 +42,8 @@ from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.weak import WeakIdKeyDictionary
 
-from . import alltoall, comm, cuda_blas, cuda_checks, cuda_rng, cuda_scratch, cuda_sdpa, exchange, host_compute, syncbn_ops
+from . import (alltoall, comm, cuda_blas, cuda_checks, cuda_rng, cuda_scratch, cuda_sdpa, exchange, host_compute,
+               syncbn_ops)
 from .clock import METER
 from .compiled import SILENT
 from .clock import REAL as _REAL_CLOCKS
