@@ -130,13 +130,14 @@ class HostSpec:
     to_list_ns: float = 14.4               # Tensor.tolist()
     cpu_cores: int = 16                    # host threads of a rank when OMP_NUM_THREADS is not set
     # host memory traffic (bytes read + written per second, GB/s) of a rank's CPU work on large host tensors, by
-    # thread count: [threads, GB/s] points, interpolated (measured on a 2 x H200 host: groundtruth/deepspeed/)
-    copy_gbps: list = field(default_factory=lambda: [[1, 13.2], [4, 41.0], [16, 81.2]])          # copy_, cat, clone
-    downcast_gbps: list = field(default_factory=lambda: [[1, 9.05], [4, 34.0], [16, 84.4]])      # fp32 -> bf16...
-    upcast_gbps: list = field(default_factory=lambda: [[1, 3.69], [4, 10.35], [16, 19.1]])       # bf16 -> fp32...
-    elementwise_gbps: list = field(default_factory=lambda: [[1, 24.0], [4, 64.0], [16, 150.4]])  # mul_, add_...
+    # thread count: [threads, GB/s] points, interpolated (measured on 2 x H200 hosts of 32 cores:
+    # groundtruth/deepspeed/, 1-16 threads over 10^8 elements, 32 threads over 10^9: host_scaling.sh)
+    copy_gbps: list = field(default_factory=lambda: [[1, 13.2], [4, 41.0], [16, 81.2], [32, 99.5]])    # copy_, cat
+    downcast_gbps: list = field(default_factory=lambda: [[1, 9.05], [4, 34.0], [16, 84.4], [32, 107.3]])  # fp32->bf16
+    upcast_gbps: list = field(default_factory=lambda: [[1, 3.69], [4, 10.35], [16, 19.1], [32, 19.1]])    # bf16->fp32
+    elementwise_gbps: list = field(default_factory=lambda: [[1, 24.0], [4, 64.0], [16, 150.4], [32, 159.3]])  # mul_
     reduction_gbps: list = field(default_factory=lambda: [[1, 12.5], [16, 12.9]])                # norm, sum...
-    cpu_adam_gbps: list = field(default_factory=lambda: [[1, 24.3], [4, 79.4], [16, 131.0]])     # DeepSpeed CPU Adam
+    cpu_adam_gbps: list = field(default_factory=lambda: [[1, 24.3], [4, 79.4], [16, 131.0], [32, 156.9]])  # CPU Adam
 
     def validate(self) -> None:
         for key in ("launch_overhead_us", "py_call_ns", "c_call_ns", "dispatch_us", "py_line_ns", "to_tensor_ns",

@@ -74,6 +74,8 @@ def case_from_record(record: Record, path: Path | None = None) -> Case:
         case.unsupported = str(exc)
     options = RUN_OPTIONS.get(record.workload.framework)
     case.run_options = options(record) if options is not None else []
+    if record.hardware.host_cpu_cores:      # the measured host's cores, where the preset's differ (host compute)
+        case.run_options += ["--set", f"host.cpu_cores={record.hardware.host_cpu_cores}"]
     environment = ENVIRONMENTS.get(record.workload.framework)
     case.env = environment(record) if environment is not None else {}
     return case

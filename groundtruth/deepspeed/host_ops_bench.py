@@ -1,5 +1,5 @@
 """Host memory traffic of PyTorch's eager CPU ops (what ZeRO-Offload runs on the host besides CPU Adam), for the host
-preset's `memory_gbps` of ops on host tensors.
+preset's `[host]` rate tables of ops on host tensors (`copy_gbps`, `downcast_gbps`, ...).
 
     OMP_NUM_THREADS=1 python groundtruth/deepspeed/host_ops_bench.py --elements 100000000
 
@@ -30,7 +30,12 @@ def bench(fn, reps=5):
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--elements", type=int, default=100_000_000)
-    n = p.parse_args().elements
+    p.add_argument("--start-at", type=float, default=0.0,
+                   help="wall-clock time (time.time()) to start timing at, after the set-up (processes started "
+                        "together time together)")
+    p.add_argument("--tag", default="", help="a label copied into each output line (which of several processes)")
+    args = p.parse_args()
+    n = args.elements
     f32 = torch.randn(n)
     f32b = torch.randn(n)
     bf = torch.empty(n, dtype=torch.bfloat16)
@@ -42,11 +47,12 @@ def main() -> None:
         "add_fp32_inplace": (lambda: f32.add_(f32b), 12 * n),
         "norm_fp32": (lambda: torch.linalg.vector_norm(f32), 4 * n),
     }
+    time.sleep(max(0.0, args.start_at - time.time()))
     for name, (fn, nbytes) in cases.items():
         t = bench(fn)
         print(json.dumps({"op": name, "elements": n, "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
                           "torch_threads": torch.get_num_threads(), "median_s": t, "bytes": nbytes,
-                          "gbps": nbytes / t / 1e9}), flush=True)
+                          "gbps": nbytes / t / 1e9, "tag": args.tag}), flush=True)
 
 
 if __name__ == "__main__":

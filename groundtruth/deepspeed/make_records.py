@@ -5,7 +5,8 @@
 Each <name>.json of presets/workloads/deepspeed_gpt.py becomes groundtruth/deepspeed/<gpu>-<gpus>-<name>.toml, checked
 as `phantora groundtruth submit` checks a record; so do those of the workloads that are not language models
 (deepspeed_resnet.py, deepspeed_unet.py, deepspeed_gat.py), as records with `task = "other"` measured by their
-iteration time. The GPU is read from the folder's system*.txt (nvidia-smi's name).
+iteration time. The GPU is read from the folder's system*.txt (nvidia-smi's name), and so are the host's CPU cores
+(`nproc`: the CPU optimizer's threads with OMP_NUM_THREADS unset).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import sys
 from pathlib import Path
 
 from phantora.groundtruth.allocated import allocated_memory
-from phantora.groundtruth.hosts import host_of
+from phantora.groundtruth.hosts import cores_of, host_of
 from phantora.groundtruth.schema import Hardware, Metrics, Parallelism, Record, Source, Workload
 from phantora.frameworks.deepspeed import NON_LANGUAGE_MODELS
 from phantora.groundtruth.submit import canonical_text
@@ -59,7 +60,8 @@ def record_of(path: Path) -> Record:
                       section=f"{folder}/{name}.json"),
         hardware=Hardware(gpu=gpu, gpus=gpus, hosts=1, gpus_per_host=gpus,
                           cluster=measured.cluster(gpus), intra_host_link="nvswitch",
-                          inter_host_gbps_per_gpu=0.0, inter_host_link="none (one host)"),
+                          inter_host_gbps_per_gpu=0.0, inter_host_link="none (one host)",
+                          host_cpu_cores=cores_of(path.parent)),
         workload=Workload(framework="deepspeed", framework_version="0.19.8", model=d["model"],
                           micro_batch=c["micro_batch"], global_batch=c["micro_batch"] * c["grad_accum"] * dp,
                           seq_len=c["seq"], activation_checkpointing=c["ac"],
@@ -109,7 +111,8 @@ def other_record_of(path: Path, date: str) -> Record:
                       section=f"{folder}/{name}.json"),
         hardware=Hardware(gpu=measured.gpu, gpus=gpus, hosts=1, gpus_per_host=gpus,
                           cluster=measured.cluster(gpus), intra_host_link="nvswitch",
-                          inter_host_gbps_per_gpu=0.0, inter_host_link="none (one host)"),
+                          inter_host_gbps_per_gpu=0.0, inter_host_link="none (one host)",
+                          host_cpu_cores=cores_of(path.parent)),
         workload=Workload(framework="deepspeed", framework_version="0.19.8", model=d["model"], micro_batch=micro,
                           global_batch=micro * c.get("grad_accum", 1) * gpus, seq_len=1,
                           activation_checkpointing="none", parallelism=Parallelism(dp_replicate=gpus),

@@ -36,3 +36,13 @@ def host_of(folder: Path) -> MeasuredHost:
             if name in HOSTS:
                 return HOSTS[name]
     raise SystemExit(f"{folder}: no system*.txt naming a known GPU ({', '.join(HOSTS)})")
+
+
+def cores_of(folder: Path) -> int | None:
+    """The CPU cores of a folder's host: the first line of its system*.txt files that is a bare integer (`nproc`), or
+    None where none is."""
+    for path in sorted(Path(folder).glob("system*.txt")):
+        for line in path.read_text().splitlines():
+            if line.strip().isdigit():
+                return int(line.strip())
+    return None

@@ -72,11 +72,15 @@ class Hardware:
     intra_host_link: str           # nvswitch | nvlink-mesh | pcie
     inter_host_gbps_per_gpu: float = 0.0   # scale-out bandwidth per GPU, Gb/s; 0 for a single host
     inter_host_link: str = ""      # the scale-out network in words ("RDMA (RoCE), one 400 Gb/s NIC per GPU")
+    host_cpu_cores: int | None = None   # CPU cores of each host (nproc), where they differ from the cluster preset's
 
     def validate(self) -> None:
         for key in ("gpus", "hosts", "gpus_per_host"):
             if getattr(self, key) < 1:
                 raise PresetError("must be at least 1", key=f"hardware.{key}")
+        if self.host_cpu_cores is not None and self.host_cpu_cores < 1:
+            raise PresetError("must be at least 1 (leave it out for the cluster preset's cores)",
+                              key="hardware.host_cpu_cores")
         if self.gpus != self.hosts * self.gpus_per_host:
             raise PresetError(f"{self.gpus} GPUs is not hosts × gpus_per_host = {self.hosts} × {self.gpus_per_host} "
                               f"= {self.hosts * self.gpus_per_host}", key="hardware.gpus")

@@ -36,6 +36,7 @@ cluster = "h100-hgx"         # cluster preset that models these hosts (validatio
 intra_host_link = "nvswitch" # nvswitch | nvlink-mesh | pcie
 inter_host_gbps_per_gpu = 0.0   # scale-out Gb/s per GPU (0 for one host), e.g. 400.0
 inter_host_link = ""         # in words, e.g. "InfiniBand NDR, one 400 Gb/s NIC per GPU"
+# host_cpu_cores = 32        # CPU cores per host (nproc), where they differ from the cluster preset's [host]
 
 [workload]
 framework = {framework}

@@ -1,0 +1,47 @@
+"""A record's `hardware.host_cpu_cores`: the measured host's cores, from its raw output, reach the simulation."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from phantora.errors import PresetError
+from phantora.groundtruth.store import load_suite
+from phantora.paths import groundtruth_dir
+from phantora_validation.cases import load_cases
+from phantora_validation.runner import LiveRunner
+
+
+def _nproc(folder: Path) -> set[int]:
+    """Every `nproc` line of the folder's system*.txt files (each measuring part wrote one)."""
+    return {int(line) for path in folder.glob("system*.txt") for line in path.read_text().splitlines()
+            if line.strip().isdigit()}
+
+
+def test_deepspeed_records_carry_the_cores_their_hosts_reported():
+    for _, rec in load_suite("deepspeed"):
+        folder = groundtruth_dir().parent / Path(rec.source.section).parent     # the raw output's folder
+        assert _nproc(folder) == {rec.hardware.host_cpu_cores}, rec.id
+
+
+def test_cases_run_with_the_record_hosts_cores():
+    records = dict((rec.id, rec) for _, rec in load_suite("deepspeed"))
+    for case in load_cases("deepspeed"):
+        run = LiveRunner(["phantora"]).command(case, Path("t.h5"), Path("s.json"))
+        options = run[:run.index("--")]
+        assert f"host.cpu_cores={records[case.id].hardware.host_cpu_cores}" in options
+        assert options[options.index(f"host.cpu_cores={records[case.id].hardware.host_cpu_cores}") - 1] == "--set"
+    # a record without the key runs on its cluster preset's cores
+    for case in load_cases("megatron"):
+        assert case.record.hardware.host_cpu_cores is None
+        assert not any(o.startswith("host.cpu_cores=") for o in case.run_options)
+
+
+@pytest.mark.parametrize("cores", [0, -4])
+def test_schema_refuses_a_host_without_cores(cores):
+    _, rec = load_suite("deepspeed")[0]
+    bad = dataclasses.replace(rec.hardware, host_cpu_cores=cores)
+    with pytest.raises(PresetError, match=r"hardware\.host_cpu_cores"):
+        bad.validate()
