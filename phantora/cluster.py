@@ -133,9 +133,9 @@ class HostSpec:
     # thread count: [threads, GB/s] points, interpolated (measured on 2 x H200 hosts of 32 cores:
     # groundtruth/deepspeed/, 1-16 threads over 10^8 elements, 32 threads over 10^9: host_scaling.sh)
     copy_gbps: list = field(default_factory=lambda: [[1, 13.2], [4, 41.0], [16, 81.2], [32, 99.5]])    # copy_, cat
-    downcast_gbps: list = field(default_factory=lambda: [[1, 9.05], [4, 34.0], [16, 84.4], [32, 107.3]])  # fp32->bf16
+    downcast_gbps: list = field(default_factory=lambda: [[1, 9.05], [4, 34.0], [16, 84.4], [32, 107.2]])  # fp32->bf16
     upcast_gbps: list = field(default_factory=lambda: [[1, 3.69], [4, 10.35], [16, 19.1], [32, 19.1]])    # bf16->fp32
-    elementwise_gbps: list = field(default_factory=lambda: [[1, 24.0], [4, 64.0], [16, 150.4], [32, 159.3]])  # mul_
+    elementwise_gbps: list = field(default_factory=lambda: [[1, 24.0], [4, 64.0], [16, 150.4], [32, 159.4]])  # mul_
     reduction_gbps: list = field(default_factory=lambda: [[1, 12.5], [16, 12.9]])                # norm, sum...
     cpu_adam_gbps: list = field(default_factory=lambda: [[1, 24.3], [4, 79.4], [16, 131.0], [32, 156.9]])  # CPU Adam
 

@@ -22,7 +22,8 @@ TOGETHER=${TOGETHER:-2:1 4:1 8:1 2:8 2:16 4:8}   # P:T, P processes at T threads
 OMP_NUM_THREADS=1 python $D/cpu_adam_bench.py --elements 1000000 --tag build > "$OUT/build.log" 2>&1
 echo "build rc=$?"
 for T in $THREADS; do
-  if [ "$T" = unset ]; then env -u OMP_NUM_THREADS python $D/host_ops_bench.py --elements $N --tag "T=unset" >> "$OUT/threads.jsonl"
+  if [ "$T" = unset ]; then
+    env -u OMP_NUM_THREADS python $D/host_ops_bench.py --elements $N --tag "T=unset" >> "$OUT/threads.jsonl"
     env -u OMP_NUM_THREADS python $D/cpu_adam_bench.py --elements $N --tag "T=unset" >> "$OUT/threads.jsonl"
   else OMP_NUM_THREADS=$T python $D/host_ops_bench.py --elements $N --tag "T=$T" >> "$OUT/threads.jsonl"
     OMP_NUM_THREADS=$T python $D/cpu_adam_bench.py --elements $N --tag "T=$T" >> "$OUT/threads.jsonl"
@@ -33,7 +34,8 @@ together() {   # P processes at T threads each, timing from one moment after the
   P=$1; T=$2; script=$3
   start=$(python -c "import time; print(time.time() + ${DELAY:-15})")
   for i in $(seq 1 "$P"); do
-    OMP_NUM_THREADS=$T python $D/$script --elements $N --start-at "$start" --tag "P=$P,T=$T,i=$i" >> "$OUT/processes-$P-$T-$i.part" &
+    OMP_NUM_THREADS=$T python $D/$script --elements $N --start-at "$start" --tag "P=$P,T=$T,i=$i" \
+      >> "$OUT/processes-$P-$T-$i.part" &
   done
   wait
   cat "$OUT"/processes-"$P"-"$T"-*.part >> "$OUT/processes.jsonl"; rm -f "$OUT"/processes-"$P"-"$T"-*.part
