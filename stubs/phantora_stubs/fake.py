@@ -41,7 +41,7 @@ from typing import Any
 import torch
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode, unset_fake_temporarily
 
-from . import conversions, cuda_sdpa, forked_children, saving, thread_waits, torch_profiler
+from . import conversions, cuda_sdpa, forked_children, program_threads, saving, thread_waits, torch_profiler
 from .clock import METER, unmetered
 from .values import VALUES, small_buffer
 
@@ -666,6 +666,7 @@ def install(ctx) -> None:
     _install_foreach_types()
     _install_iteration_marks(ctx)
     cuda_sdpa.install()
+    program_threads.install()
     from . import cuda_dispatch
     ctx.extras["fused_cuda_ops"] = cuda_dispatch.install(ctx.config.torch_cuda, ctx.gpu.sm_version, ctx.config.sdpa)
     if ctx.config.host_cpu == "measured":
