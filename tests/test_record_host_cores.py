@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from phantora.errors import PresetError
+from phantora.groundtruth.checks import check_record
 from phantora.groundtruth.store import load_suite
 from phantora.paths import groundtruth_dir
 from phantora_validation.cases import load_cases
@@ -45,3 +46,16 @@ def test_schema_refuses_a_host_without_cores(cores):
     bad = dataclasses.replace(rec.hardware, host_cpu_cores=cores)
     with pytest.raises(PresetError, match=r"hardware\.host_cpu_cores"):
         bad.validate()
+
+
+def test_an_offloading_record_without_its_hosts_cores_is_warned():
+    records = [rec for _, rec in load_suite("deepspeed")]
+    offload = [rec for rec in records if rec.workload.options.get("offload_optimizer") == "cpu"]
+    assert offload
+    for rec in offload:
+        assert not any("host_cpu_cores" in w for w in check_record(rec).warnings)
+        bare = dataclasses.replace(rec, hardware=dataclasses.replace(rec.hardware, host_cpu_cores=None))
+        assert any("hardware.host_cpu_cores" in w for w in check_record(bare).warnings)
+    plain = next(rec for rec in records if "offload_optimizer" not in rec.workload.options)
+    bare = dataclasses.replace(plain, hardware=dataclasses.replace(plain.hardware, host_cpu_cores=None))
+    assert not any("host_cpu_cores" in w for w in check_record(bare).warnings)

@@ -13,8 +13,8 @@ OUT=${1:?output directory}
 mkdir -p "$OUT"
 D=groundtruth/deepspeed
 N=${ELEMENTS:-100000000}   # elements per tensor (the earlier tables: 100,000,000)
-THREADS=${THREADS:-1 2 4 8 16 24 32 unset}        # one process at each thread count, in this order
-TOGETHER=${TOGETHER:-2:1 4:1 8:1 2:8 2:16 4:8}   # P:T, P processes at T threads started together
+THREADS=${THREADS-1 2 4 8 16 24 32 unset}        # one process at each thread count, in this order ("": none)
+TOGETHER=${TOGETHER-2:1 4:1 8:1 2:8 2:16 4:8}   # P:T, P processes at T threads started together ("": none)
 { nproc; lscpu; numactl --hardware 2>/dev/null; free -g
   python -c "import torch, deepspeed; print('torch', torch.__version__, 'deepspeed', deepspeed.__version__)"
 } > "$OUT/system.txt" 2>&1

@@ -4,7 +4,8 @@
 checks: the framework is one of `schema.RECORD_FRAMEWORKS`; the GPU, model and cluster presets exist and agree
 with the record; the cluster preset models the measured hosts; peak memory fits in the GPU's memory unless the run
 ran out of it; the throughput is below what the GPU's dense peak allows for the model's training FLOPs per token; a
-reported MFU agrees with the reported throughput; an iteration time agrees with the throughput and the batch.
+reported MFU agrees with the reported throughput; an iteration time agrees with the throughput and the batch; a run
+that offloads to the host (a `workload.options` key `offload...`) names its host's cores.
 """
 
 from __future__ import annotations
@@ -104,6 +105,11 @@ def check_record(record: Record, *, file: str | None = None) -> CheckReport:
         if cluster.intra.kind != hw.intra_host_link:
             warn("hardware.intra_host_link", f"'{hw.intra_host_link}' but cluster preset '{hw.cluster}' models "
                                              f"'{cluster.intra.kind}'")
+        offloads = any(k.startswith("offload") and v not in ("", "none", False) for k, v in wl.options.items())
+        if offloads and hw.host_cpu_cores is None:
+            warn("hardware.host_cpu_cores", f"not given, and the run offloads to the host: its host compute is "
+                                            f"priced at cluster preset '{hw.cluster}''s {cluster.host.cpu_cores} cores "
+                                            f"(give the measured host's `nproc`)")
         if hw.hosts > 1 and cluster.net.nics_per_node:
             per_gpu = cluster.net.inter_node_gbps * cluster.net.nics_per_node / cluster.gpus_per_node
             if abs(per_gpu - hw.inter_host_gbps_per_gpu) > TOLERANCE * hw.inter_host_gbps_per_gpu:
