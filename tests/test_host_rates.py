@@ -49,3 +49,25 @@ def test_cpu_adam_table_is_the_benchmark():
     for threads, gbps in HostSpec().cpu_adam_gbps:
         assert gbps == pytest.approx(_all_cores("cpu_adam") if threads == ALL_CORES else rows[threads], rel=0.015)
 
+
+
+@pytest.mark.parametrize("environ, threads, source", [
+    ({"PHANTORA_HOST_CPU_CORES": "32"}, 32, "[host] cpu_cores"),
+    ({"PHANTORA_HOST_CPU_CORES": "32", "OMP_NUM_THREADS": "4"}, 4, "OMP_NUM_THREADS"),
+])
+def test_host_compute_says_its_threads_once(environ, threads, source, monkeypatch, capsys):
+    """The first charge names the thread count the rates are read at, and where it came from; later ones are quiet."""
+    from conftest import ROOT
+    monkeypatch.syspath_prepend(str(ROOT / "stubs"))
+    from phantora_stubs import errors, host_compute
+
+    monkeypatch.setattr(errors, "_NOTED", set())
+    monkeypatch.setenv("PHANTORA_RANK", "0")
+    memory = host_compute.HostMemory(environ)
+    rate = statistics.mean(r["gbps"] for r in _bench("cpu_adam_bench.jsonl") if int(r["omp_num_threads"]) == 4)
+    seconds = memory.seconds(28e9, "cpu_adam")
+    if threads == 4:           # a measured point: the bench's rate
+        assert seconds == pytest.approx(28 / rate, rel=0.015)
+    memory.seconds(1e9, "copy")
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if "host compute" in ln]
+    assert len(lines) == 1 and f"runs at {threads} thread(s) per rank" in lines[0] and source in lines[0], lines

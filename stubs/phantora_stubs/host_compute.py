@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import os
 
-from .errors import StubConfigError
+from .errors import StubConfigError, note_once
 
 MIN_BYTES = 1 << 20
 ENV_RATES = "PHANTORA_HOST_MEMORY_GBPS"     # "copy=1:13.2,4:41.0,16:81.2;downcast=...;..." from the launcher
@@ -97,6 +97,7 @@ class HostMemory:
             cores = cores or str(HostSpec().cpu_cores)
         rates = parse_rates(raw)
         threads = environ.get("OMP_NUM_THREADS") or cores
+        self.source = "OMP_NUM_THREADS" if environ.get("OMP_NUM_THREADS") else "the cluster's [host] cpu_cores"
         try:
             self.threads = max(1, int(threads))
         except ValueError:
@@ -104,6 +105,10 @@ class HostMemory:
         self.bytes_per_s = {k: interpolate(points, self.threads) * 1e9 for k, points in rates.items()}
 
     def seconds(self, nbytes: float, kind: str) -> float:
+        note_once("host-compute", f"host compute (ops on large host tensors, such as ZeRO-Offload's CPU optimizer) "
+                                  f"runs at {self.threads} thread(s) per rank ({self.source}) at the measured [host] "
+                                  f"rates; for a host of other cores: --set host.cpu_cores=N (docs/host-cpu.md, "
+                                  f"\"Host compute\")")
         return nbytes / self.bytes_per_s[kind]
 
 
