@@ -59,3 +59,14 @@ def test_an_offloading_record_without_its_hosts_cores_is_warned():
     plain = next(rec for rec in records if "offload_optimizer" not in rec.workload.options)
     bare = dataclasses.replace(plain, hardware=dataclasses.replace(plain.hardware, host_cpu_cores=None))
     assert not any("host_cpu_cores" in w for w in check_record(bare).warnings)
+
+
+def test_hosts_of_other_cores_are_other_configurations():
+    """One offload configuration on a 32-core and a 16-core host (0.634 against 0.822 s a step on one host,
+    groundtruth/deepspeed/h200x2-offload-g1/) is not a contradiction of one record by the other."""
+    from phantora.groundtruth.store import config_key
+
+    _, rec = next((p, r) for p, r in load_suite("deepspeed") if r.workload.options.get("offload_optimizer") == "cpu")
+    other = dataclasses.replace(rec, hardware=dataclasses.replace(rec.hardware, host_cpu_cores=16))
+    assert config_key(other) != config_key(rec)
+    assert config_key(dataclasses.replace(other, notes="measured again")) == config_key(other)

@@ -47,12 +47,13 @@ def main() -> None:
         "add_fp32_inplace": (lambda: f32.add_(f32b), 12 * n),
         "norm_fp32": (lambda: torch.linalg.vector_norm(f32), 4 * n),
     }
+    late = max(0.0, time.time() - args.start_at) if args.start_at else 0.0   # set-up overran --start-at
     time.sleep(max(0.0, args.start_at - time.time()))
     for name, (fn, nbytes) in cases.items():
         t = bench(fn)
         print(json.dumps({"op": name, "elements": n, "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
                           "torch_threads": torch.get_num_threads(), "median_s": t, "bytes": nbytes,
-                          "gbps": nbytes / t / 1e9, "tag": args.tag}), flush=True)
+                          "gbps": nbytes / t / 1e9, "tag": args.tag, "late_s": late}), flush=True)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,9 @@
 set -u
 OUT=${1:?output directory}
 mkdir -p "$OUT"
+for f in threads.jsonl processes.jsonl; do   # results are appended: a second run would mix into the first's
+  [ -e "$OUT/$f" ] && { echo "$OUT/$f exists: give an empty OUT_DIR" >&2; exit 2; }
+done
 D=groundtruth/deepspeed
 N=${ELEMENTS:-100000000}   # elements per tensor (the earlier tables: 100,000,000)
 THREADS=${THREADS-1 2 4 8 16 24 32 unset}        # one process at each thread count, in this order ("": none)

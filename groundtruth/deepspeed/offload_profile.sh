@@ -17,16 +17,20 @@ GPUS=${2:-2}
 mkdir -p "$OUT"
 ARGS="--model llama3.2-1b --zero 2 --micro-batch 2 --offload-optimizer cpu"
 RUN="torchrun --standalone --nproc-per-node $GPUS presets/workloads/deepspeed_gpt.py $ARGS"
+# one process: OMP_NUM_THREADS unset, as in the record (torchrun leaves a caller's value to a single process)
+[ "$GPUS" = 1 ] && RUN="env -u OMP_NUM_THREADS $RUN"
 $RUN --steps 3 > "$OUT/warmup.log" 2>&1
 echo "warmup rc=$?"
 if [ "$GPUS" = 1 ]; then
   $RUN --steps 10 --json-out "$OUT/plain.json" > "$OUT/plain.log" 2>&1
   echo "plain rc=$? $(grep -o '"median_step_s": [0-9.]*' "$OUT/plain.json" 2>/dev/null)"
-  OMP_NUM_THREADS=16 $RUN --steps 10 --json-out "$OUT/plain-omp16.json" > "$OUT/plain-omp16.log" 2>&1
+  OMP_NUM_THREADS=16 ${RUN#env -u OMP_NUM_THREADS } --steps 10 --json-out "$OUT/plain-omp16.json" \
+    > "$OUT/plain-omp16.log" 2>&1
   echo "plain OMP_NUM_THREADS=16 rc=$? $(grep -o '"median_step_s": [0-9.]*' "$OUT/plain-omp16.json" 2>/dev/null)"
 fi
 py-spy record --subprocesses --threads --nonblocking --rate 200 --format raw --output "$OUT/offload-raw.txt" -- \
   $RUN --steps 10 --json-out "$OUT/offload.json" > "$OUT/offload.log" 2>&1
 echo "profiled rc=$? $(grep -o '"median_step_s": [0-9.]*' "$OUT/offload.json" 2>/dev/null)"
-nproc > "$OUT/system.txt"; lscpu | grep -E "Model name|^CPU\(s\)" >> "$OUT/system.txt"
+{ nproc; echo "OMP_NUM_THREADS of the caller: ${OMP_NUM_THREADS-unset}"; lscpu | grep -E "Model name|^CPU\(s\)"
+} > "$OUT/system.txt"
 nvidia-smi --query-gpu=name,driver_version,power.limit --format=csv >> "$OUT/system.txt"

@@ -20,7 +20,8 @@ from .schema import METRIC_KEYS, Record, load_record
 CONTRADICTION = 0.10     # relative difference of one metric between two sources that is refused without --force
 
 # Keys that identify a configuration: what ran, on what. Versions, free text and provenance are not part of it.
-HARDWARE_KEYS = ("gpu", "gpus", "hosts", "gpus_per_host", "intra_host_link", "inter_host_gbps_per_gpu")
+HARDWARE_KEYS = ("gpu", "gpus", "hosts", "gpus_per_host", "intra_host_link", "inter_host_gbps_per_gpu",
+                 "host_cpu_cores")
 WORKLOAD_KEYS = ("framework", "model", "micro_batch", "global_batch", "seq_len", "activation_checkpointing",
                  "ac_layer_period", "precision", "compile", "float8", "task")
 SOURCE_KEYS = ("url", "contributor", "repository", "file", "commit", "version", "section")

@@ -19,8 +19,9 @@ their ends):
 A blocking copy between host and device that changes the dtype converts on the host and is charged at the cast's
 rate too; a non-blocking one converts on the GPU (PyTorch's rule; interceptor).
 The threads are `OMP_NUM_THREADS` when set (torchrun and `phantora run` set 1 for several processes per node), else
-the preset's `cpu_cores`. Ranks sharing a host do not slow each other here (two single-threaded processes measured
-within 10% of one alone). Smaller host ops cost only their dispatch (docs/host-cpu.md).
+the preset's `cpu_cores`. Ranks sharing a host do not slow each other here, which on a host they do (eight
+single-threaded processes at once: copies and element-wise ops at 0.62-0.75 of one alone; docs/host-cpu.md). Smaller
+host ops cost only their dispatch (docs/host-cpu.md).
 """
 
 from __future__ import annotations
@@ -105,10 +106,11 @@ class HostMemory:
         self.bytes_per_s = {k: interpolate(points, self.threads) * 1e9 for k, points in rates.items()}
 
     def seconds(self, nbytes: float, kind: str) -> float:
+        hint = ("; for a host of other cores: --set host.cpu_cores=N" if self.source.endswith("cpu_cores")
+                else "")
         note_once("host-compute", f"host compute (ops on large host tensors, such as ZeRO-Offload's CPU optimizer) "
                                   f"runs at {self.threads} thread(s) per rank ({self.source}) at the measured [host] "
-                                  f"rates; for a host of other cores: --set host.cpu_cores=N (docs/host-cpu.md, "
-                                  f"\"Host compute\")")
+                                  f"rates{hint} (docs/host-cpu.md, \"Host compute\")")
         return nbytes / self.bytes_per_s[kind]
 
 

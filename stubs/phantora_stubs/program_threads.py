@@ -8,11 +8,13 @@ such op of each thread prints a line on the rank's stderr naming the thread and 
 limitations"); the op itself runs as before.
 
 Not flagged: the main thread, threads that are not the program's (the autograd engine's C++ threads, seen from
-Python as dummy threads) and the stubs' own (named `phantora-...`).
+Python as dummy threads) and the stubs' own (named `phantora-...`). A thread started with `_thread.start_new_thread`
+is a dummy thread to Python too and is not flagged either.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import threading
@@ -55,11 +57,14 @@ def install() -> None:
         return
     original = current.__func__
 
+    @functools.wraps(original)
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
         if torch._C._get_dispatch_mode(_FAKE_KEY) is None:
             thread = _program_thread()
             if thread is not None:
                 _note(thread, func)
+        if kwargs is None:                 # the original's own default, not None
+            return original(cls, func, types, args)
         return original(cls, func, types, args, kwargs)
 
     __torch_dispatch__._phantora = True
