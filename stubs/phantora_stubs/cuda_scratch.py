@@ -46,20 +46,26 @@ def _softmax_backward(args: tuple, kwargs: dict) -> int:
     return shape.numel() * dtype.itemsize
 
 
-def _attention_backward(q_fp32_copies: int, stats: int, flash: bool = False) -> Callable[[tuple, dict], int]:
+def _attention_backward(q_fp32_copies: int, stats: int, flash: bool = False,
+                        blocks: tuple[int, int] = (1, 1)) -> Callable[[tuple, dict], int]:
     """An SDPA backward kernel (query, key = args 1, 2; tensors batch x heads x seq x head_dim) whose workspace is
     `q_fp32_copies` fp32 tensors of the query's size (dq accumulators) and `stats` fp32 vectors of batch x heads x
-    seq_q (softmax sums); FlashAttention-2 rounds seq_q up to 128 and head_dim up to 32. Where the key has fewer
-    heads than the query (GQA; flash and cuDNN) the kernel also holds dk and dv expanded to the query's heads.
-    Measured on an H200 (bf16, causal) at batch 2, 32 heads, seq 4096, head_dim 128 (flash 257 MiB, cuDNN 130,
-    memory-efficient 129) and over seven shapes with and without GQA (groundtruth/insitu/sdpa_scratch.py)."""
+    seq_q (softmax sums); FlashAttention-2 rounds seq_q up to 128 and head_dim up to 32, the memory-efficient kernel
+    its dq accumulator's seq_q and head_dim up to its `blocks` (64, 64: seq 1000 x head_dim 96 holds 1024 x 128).
+    Where the key has fewer heads than the query (GQA; flash and cuDNN) the kernel also holds dk and dv expanded to
+    the query's heads. Measured on an H200 (bf16, causal) at batch 2, 32 heads, seq 4096, head_dim 128 (flash 257
+    MiB, cuDNN 130, memory-efficient 129) and over seven shapes with and without GQA
+    (groundtruth/insitu/sdpa_scratch.py)."""
     def rule(args: tuple, kwargs: dict) -> int:
         q, k = args[1], args[2]
         b, h, sq, d = q.shape
+        stat_rows = sq
         if flash:
             sq = -(-sq // 128) * 128
             d = -(-d // 32) * 32 if d <= 192 else 256
-        total = (q_fp32_copies * b * sq * h * d + stats * b * h * sq) * 4
+            stat_rows = sq
+        sq, d = -(-sq // blocks[0]) * blocks[0], -(-d // blocks[1]) * blocks[1]
+        total = (q_fp32_copies * b * sq * h * d + stats * b * h * stat_rows) * 4
         if k.shape[1] != h:
             total += 2 * b * k.shape[2] * h * q.shape[3] * q.element_size()
         return total
@@ -90,7 +96,7 @@ SCRATCH: dict[str, Callable[[tuple, dict], int]] = {
     "_softmax_backward_data": _softmax_backward,
     "_scaled_dot_product_flash_attention_backward": _attention_backward(2, 1, flash=True),
     "_scaled_dot_product_cudnn_attention_backward": _attention_backward(1, 2),
-    "_scaled_dot_product_efficient_attention_backward": _attention_backward(1, 1),
+    "_scaled_dot_product_efficient_attention_backward": _attention_backward(1, 1, blocks=(64, 64)),
     "embedding_dense_backward": _embedding_backward,
 }
 """aten op (overload packet name) -> the bytes of the temporary tensor its CUDA kernel allocates."""
