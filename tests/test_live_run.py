@@ -108,6 +108,26 @@ def test_ops_on_large_host_tensors_cost_their_bytes_at_the_host_rates():
     assert res["h2d_pinned_nb_s"] < 50e-6               # launch only
 
 
+def test_a_hosts_cores_set_the_threads_of_its_host_compute():
+    """With OMP_NUM_THREADS unset a rank's host compute runs at the cluster's `[host] cpu_cores`: `--set
+    host.cpu_cores=32` (what the harness passes for a record's `hardware.host_cpu_cores`) prices the in-place multiply
+    at the 32-thread point of the element-wise table (measured: groundtruth/deepspeed/h200x2-threads/), and the run
+    says so once."""
+    from phantora.cluster import HostSpec
+
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+    proc = subprocess.run([sys.executable, "-m", "phantora.cli", "run", "--gpus-per-node", "1", "--no-trace", "--set",
+                           "host.cpu_cores=32", "--", "python", str(SCRIPTS / "host_compute.py")],
+                          capture_output=True, text=True, timeout=300, cwd=str(ROOT),
+                          env={k: v for k, v in env.items() if k != "PYTHONPATH"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (res,) = results(proc.stdout)
+    rate = dict(HostSpec().elementwise_gbps)[32] * 1e9
+    assert 8 * res["n"] / rate <= res["mul_s"] <= 8 * res["n"] / rate * 1.01 + 50e-6, res["mul_s"]
+    notes = [ln for ln in proc.stderr.splitlines() if "host compute (" in ln]
+    assert len(notes) == 1 and "runs at 32 thread(s) per rank" in notes[0], notes
+
+
 def test_event_query_is_answered_in_virtual_time():
     """An event after a collective whose peer joins 1 s later (and late in wall time) is not complete at once, and
     is after 2 s more: the answer never depends on how far the peer's process has got (ZeRO-3 polls such events)."""

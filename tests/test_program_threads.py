@@ -1,5 +1,5 @@
-"""GPU ops of threads the program starts are not simulated; each such thread is named once on the rank's stderr,
-and the main thread and the autograd engine's threads are not (stubs/phantora_stubs/program_threads.py)."""
+"""GPU ops of threads the program starts are not simulated; each such thread is named once on rank 0's stderr, and
+the main thread and the autograd engine's threads are not (stubs/phantora_stubs/program_threads.py)."""
 
 import re
 import subprocess

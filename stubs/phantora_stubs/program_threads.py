@@ -4,8 +4,8 @@ The fake mode and the interceptor are entered on the main thread and reach the a
 inherit them; a `threading.Thread` the program starts itself does not. An op such a thread runs on the rank's tensors
 still computes its result's shape (the tensors are fake and dispatch to the fake mode themselves) but reaches no
 runtime: no kernel, no time, no memory. The simulated step then looks right and is short of that work. So the first
-such op of each thread prints a line on the rank's stderr naming the thread and the op (docs/stubs.md, "Known
-limitations"); the op itself runs as before.
+such op of each thread name prints a line on rank 0's stderr (`errors.note_once`, as the stubs' other notes) naming
+the thread and the op (docs/stubs.md, "Known limitations"); the op itself runs as before.
 
 Not flagged: the main thread, threads that are not the program's (the autograd engine's C++ threads, seen from
 Python as dummy threads) and the stubs' own (named `phantora-...`). A thread started with `_thread.start_new_thread`
@@ -15,18 +15,15 @@ is a dummy thread to Python too and is not flagged either.
 from __future__ import annotations
 
 import functools
-import os
-import sys
 import threading
-import weakref
 from typing import Any
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensor
 
+from .errors import note_once
+
 _FAKE_KEY = torch._C._TorchDispatchModeKey.FAKE
-_SEEN: weakref.WeakSet = weakref.WeakSet()    # threads named already (idents are reused)
-_LOCK = threading.Lock()
 
 
 def _program_thread() -> threading.Thread | None:
@@ -40,14 +37,10 @@ def _program_thread() -> threading.Thread | None:
 
 
 def _note(thread: threading.Thread, func: Any) -> None:
-    with _LOCK:
-        if thread in _SEEN:
-            return
-        _SEEN.add(thread)
-    rank = os.environ.get("PHANTORA_RANK", "0")
-    print(f"phantora: rank {rank}: thread {thread.name!r} ran {func} on the rank's tensors outside the simulation: "
-          f"GPU ops of threads the program starts are not simulated (no time, no memory), so the simulated times "
-          f"and memory leave them out (docs/stubs.md, \"Known limitations\")", file=sys.stderr, flush=True)
+    note_once(f"program-thread {thread.name}",
+              f"thread {thread.name!r} ran {func} on the rank's tensors outside the simulation: GPU ops of threads the "
+              f"program starts are not simulated (no time, no memory), so the simulated times and memory leave them "
+              f"out (docs/stubs.md, \"Known limitations\")")
 
 
 def install() -> None:
