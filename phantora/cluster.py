@@ -130,14 +130,17 @@ class HostSpec:
     to_list_ns: float = 14.4               # Tensor.tolist()
     cpu_cores: int = 16                    # host threads of a rank when OMP_NUM_THREADS is not set
     # host memory traffic (bytes read + written per second, GB/s) of a rank's CPU work on large host tensors, by
-    # thread count: [threads, GB/s] points, interpolated (measured on 2 x H200 hosts of 32 cores:
-    # groundtruth/deepspeed/, 1-16 threads over 10^8 elements, 32 threads over 10^9: host_scaling.sh)
-    copy_gbps: list = field(default_factory=lambda: [[1, 13.2], [4, 41.0], [16, 81.2], [32, 99.5]])    # copy_, cat
-    downcast_gbps: list = field(default_factory=lambda: [[1, 9.05], [4, 34.0], [16, 84.4], [32, 107.2]])  # fp32->bf16
-    upcast_gbps: list = field(default_factory=lambda: [[1, 3.69], [4, 10.35], [16, 19.1], [32, 19.1]])    # bf16->fp32
-    elementwise_gbps: list = field(default_factory=lambda: [[1, 24.0], [4, 64.0], [16, 150.4], [32, 159.4]])  # mul_
-    reduction_gbps: list = field(default_factory=lambda: [[1, 12.5], [16, 12.9]])                # norm, sum...
-    cpu_adam_gbps: list = field(default_factory=lambda: [[1, 24.3], [4, 79.4], [16, 131.0], [32, 156.9]])  # CPU Adam
+    # thread count: [threads, GB/s] points, interpolated; each point the median over every run of one process at that
+    # thread count on 2 x H200 hosts of 32 cores (groundtruth/deepspeed/host_tables.py prints them from the data)
+    copy_gbps: list = field(default_factory=lambda: [[1, 10.8], [4, 36.0], [8, 61.1], [16, 81.2], [32, 98.0]])  # copy_
+    downcast_gbps: list = field(default_factory=lambda: [[1, 9.09], [4, 30.0], [8, 51.9], [16, 75.1], [32, 104.9]])
+    upcast_gbps: list = field(default_factory=lambda: [[1, 3.05], [4, 7.11], [8, 10.6], [16, 15.5], [32, 15.4]])
+    elementwise_gbps: list = field(default_factory=lambda: [[1, 18.5], [4, 54.9], [8, 97.1], [16, 125.8],
+                                                            [32, 157.8]])                            # mul_, add_
+    reduction_gbps: list = field(default_factory=lambda: [[1, 10.2], [4, 9.83], [8, 8.77], [16, 9.18],
+                                                          [32, 10.3]])                               # norm, sum...
+    cpu_adam_gbps: list = field(default_factory=lambda: [[1, 19.1], [4, 65.7], [8, 75.6], [16, 119.3],
+                                                         [32, 151.1]])                               # CPU Adam
 
     def validate(self) -> None:
         for key in ("launch_overhead_us", "py_call_ns", "c_call_ns", "dispatch_us", "py_line_ns", "to_tensor_ns",

@@ -5,7 +5,8 @@
 # Run from the repository root on a host with the GPUs:  bash groundtruth/deepspeed/measure.sh OUT_DIR PART
 # PART 1, 2, 3 (the pipeline-engine rows) and 4 (Stable Diffusion UNet, GAT) split the rows; each configuration
 # writes OUT_DIR/<name>.json (the workload's SUMMARY) and OUT_DIR/<name>.log. Rows run under torchrun, which sets OMP_NUM_THREADS=1 for 2 processes (the CPU optimizer's
-# threads under offload).
+# threads under offload). STEPS (default 8) sets the steps of each run; ONLY (names, space-separated) runs those rows of
+# the PART alone, and SUFFIX is appended to their file names (repeat runs: groundtruth/deepspeed/repeat_rows.sh).
 set -u
 OUT=${1:?output directory}
 PART=${2:?part: 1, 2, 3 or 4}
@@ -18,9 +19,11 @@ mkdir -p "$OUT"
 } > "$OUT/system-$PART.txt" 2>&1
 run() {
   name=$1; n=$2; script=$3; shift 3
+  if [ -n "${ONLY:-}" ]; then case " $ONLY " in *" $name "*) ;; *) return 0 ;; esac; fi
+  name=$name${SUFFIX:-}
   devices=0; [ "$n" = 2 ] && devices=0,1
   CUDA_VISIBLE_DEVICES=$devices torchrun --standalone --nproc-per-node "$n" "presets/workloads/$script" \
-    --steps 8 --json-out "$OUT/$name.json" "$@" > "$OUT/$name.log" 2>&1
+    --steps "${STEPS:-8}" --json-out "$OUT/$name.json" "$@" > "$OUT/$name.log" 2>&1
   echo "$name rc=$? $(grep -o '"median_step_s": [0-9.]*' "$OUT/$name.json" 2>/dev/null)"
 }
 rows() {

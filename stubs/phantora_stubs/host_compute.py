@@ -4,13 +4,13 @@ A rank's host tensors are fake like its device tensors (ZeRO-Offload keeps the f
 optimizer state there). An aten op on them does no work in the simulation; on a real host it streams the tensors
 through memory. Such an op (every tensor on the host, at least `MIN_BYTES` touched) charges the rank's CPU clock
 the bytes it reads and writes (its distinct tensor arguments read, its results written) over the host preset's rate
-for its kind of op at the rank's thread count (`[host]` of the cluster preset, tables of [threads, GB/s] measured on a
-real host with groundtruth/deepspeed/host_ops_bench.py and cpu_adam_bench.py, interpolated linearly and flat past
-their ends):
+for its kind of op at the rank's thread count (`[host]` of the cluster preset, tables of [threads, GB/s]: medians of
+runs of groundtruth/deepspeed/host_ops_bench.py and cpu_adam_bench.py on real hosts, host_tables.py; interpolated
+linearly and flat past their ends):
 
 - `copy_gbps`: copies that keep the dtype (`copy_`, `_to_copy`, `clone`, `cat`...);
-- `downcast_gbps`, `upcast_gbps`: copies to a narrower dtype (fp32 to bf16: 9 GB/s on one thread) and to a wider one
-  (bf16 to fp32: 3.7 GB/s), which run slower than a copy (13 GB/s) and each other; a conversion between dtypes of
+- `downcast_gbps`, `upcast_gbps`: copies to a narrower dtype (fp32 to bf16: 9.1 GB/s on one thread) and to a wider
+  one (bf16 to fp32: 3.1 GB/s), which run slower than a copy (10.8 GB/s) and each other; a conversion between dtypes of
   one size is charged as a copy (not measured);
 - `reduction_gbps`: reductions (`norm`, `sum`, `max`...; PyTorch runs a whole-tensor norm on one thread);
 - `elementwise_gbps`: every other op (`mul_`, `add_`, `addcdiv_`...);
@@ -19,8 +19,8 @@ their ends):
 A blocking copy between host and device that changes the dtype converts on the host and is charged at the cast's
 rate too; a non-blocking one converts on the GPU (PyTorch's rule; interceptor).
 The threads are `OMP_NUM_THREADS` when set (torchrun and `phantora run` set 1 for several processes per node), else
-the preset's `cpu_cores`. Ranks sharing a host do not slow each other here, which on a host they do (eight
-single-threaded processes at once: copies and element-wise ops at 0.62-0.75 of one alone; docs/host-cpu.md). Smaller
+the preset's `cpu_cores`. Ranks sharing a host do not slow each other here: two single-threaded processes do not
+measurably on a host, eight do (copies and element-wise ops at about 0.85 of one alone; docs/host-cpu.md). Smaller
 host ops cost only their dispatch (docs/host-cpu.md).
 """
 
@@ -31,7 +31,7 @@ import os
 from .errors import StubConfigError, note_once
 
 MIN_BYTES = 1 << 20
-ENV_RATES = "PHANTORA_HOST_MEMORY_GBPS"     # "copy=1:13.2,4:41.0,16:81.2;downcast=...;..." from the launcher
+ENV_RATES = "PHANTORA_HOST_MEMORY_GBPS"     # "copy=1:10.8,4:36.0,8:61.1;downcast=...;..." from the launcher
 ENV_CORES = "PHANTORA_HOST_CPU_CORES"
 KINDS = ("copy", "downcast", "upcast", "elementwise", "reduction", "cpu_adam")
 
