@@ -9,6 +9,11 @@ OOM: a record that ran out of memory is correct when the simulation ran out too 
 of the averages); a simulated OOM for a record that fitted, or the reverse, is a mismatch. A simulated MFU is
 recomputed from the simulated throughput with the record's own FLOP convention (`metrics.mfu_counts_embedding`), so
 that MFU and throughput errors agree when the conventions differ.
+
+Measured spread: a record that gives `metrics.iteration_s_repeats` (the same configuration measured again, on other
+runs or hosts) has its iteration-time row carry the fastest and slowest of its runs; `Row.spread_error` is how far
+the simulation lies outside that range (signed fraction of the nearer end, 0 inside). It is reported beside the
+error against the record, never in its place: the suite's figures stay those against the records.
 """
 
 from __future__ import annotations
@@ -34,10 +39,28 @@ class Row:
     error: float | None            # signed fraction; None when there is nothing to compare
     primary: bool = False
     ok: bool = True                # False: OOM mismatch, or no simulated value
+    spread: tuple[float, float, int] | None = None   # (fastest, slowest, runs) measured, iteration time only
+
+    @property
+    def spread_error(self) -> float | None:
+        """How far the simulated value lies outside the measured spread: a signed fraction of the nearer end,
+        0.0 inside it; None without a spread or a simulated value."""
+        if self.spread is None or not isinstance(self.simulated, (int, float)) or isinstance(self.simulated, bool):
+            return None
+        lo, hi, _ = self.spread
+        if self.simulated < lo:
+            return (self.simulated - lo) / lo
+        if self.simulated > hi:
+            return (self.simulated - hi) / hi
+        return 0.0
 
     def as_dict(self) -> dict[str, Any]:
-        return {"metric": self.metric, "measured": self.measured, "simulated": self.simulated, "error": self.error,
-                "primary": self.primary, "ok": self.ok}
+        out = {"metric": self.metric, "measured": self.measured, "simulated": self.simulated, "error": self.error,
+               "primary": self.primary, "ok": self.ok}
+        if self.spread is not None:
+            out["spread"] = {"fastest": self.spread[0], "slowest": self.spread[1], "runs": self.spread[2],
+                             "outside": self.spread_error}
+        return out
 
 
 @dataclass
@@ -106,7 +129,8 @@ def compare(record: Record, sim: SimResult) -> list[Row]:
             continue
         value = simulated_value(record, sim, key)
         err = (value - measured[key]) / measured[key] if value is not None else None
-        rows.append(Row(key, measured[key], value, err, primary=key == first, ok=value is not None))
+        spread = m.iteration_spread() if key == "iteration_s" else None
+        rows.append(Row(key, measured[key], value, err, primary=key == first, ok=value is not None, spread=spread))
     if sim.oom:
         rows.append(Row("oom", False, True, None, ok=False))
     return rows
@@ -123,6 +147,7 @@ def summarize(results: list[CaseResult]) -> dict[str, Any]:
                 continue
             by_metric.setdefault(row.metric, []).append(abs(row.error))
     oom_cases = [r for r in results if r.rows and r.rows[0].metric == "oom" and r.rows[0].measured is True]
+    spreads = [row.spread_error for r in results for row in r.rows if row.spread_error is not None]
     return {
         "avg_abs_error": sum(errors) / len(errors) if errors else None,
         "max_abs_error": max(errors) if errors else None,
@@ -135,4 +160,6 @@ def summarize(results: list[CaseResult]) -> dict[str, Any]:
         "oom_mismatches": sum(1 for r in results for row in r.rows if row.metric == "oom" and not row.ok),
         "by_metric": {k: {"avg_abs_error": sum(v) / len(v), "max_abs_error": max(v), "n": len(v)}
                       for k, v in by_metric.items()},
+        "spread_cases": len(spreads),
+        "within_spread": sum(1 for e in spreads if e == 0.0),
     }

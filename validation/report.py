@@ -41,6 +41,12 @@ def rows_of(results: list[CaseResult]) -> list[list[str]]:
         for i, row in enumerate(res.rows):
             out.append([res.case if i == 0 else "", LABELS.get(row.metric, row.metric), _num(row.measured),
                         _num(row.simulated), _err(row.error, row.ok, row.metric), src if i == 0 else ""])
+            if row.spread is not None:
+                lo, hi, runs = row.spread
+                outside = row.spread_error
+                said = "n/a" if outside is None else ("inside" if outside == 0.0 else f"{100 * outside:+.2f}% out")
+                out.append(["", f"{LABELS.get(row.metric, row.metric)}, {runs} runs", f"{lo:.3g}-{hi:.3g}",
+                            _num(row.simulated), said, ""])
     return out
 
 
@@ -54,6 +60,9 @@ def summary_lines(summary: dict[str, Any], max_error: float | None = None) -> li
                      f"[primary metric; {summary['compared']} of {summary['cases']} cases compared]")
     if summary["oom_cases"]:
         lines.append(f"OOM rows predicted: {summary['oom_correct']} of {summary['oom_cases']}")
+    if summary.get("spread_cases"):
+        lines.append(f"Measured spread (records with repeated runs): simulated inside the runs' range in "
+                     f"{summary['within_spread']} of {summary['spread_cases']}")
     if summary["oom_mismatches"]:
         lines.append(f"OOM mismatches: {summary['oom_mismatches']}")
     if summary["failed"]:

@@ -21,6 +21,30 @@ from phantora.groundtruth.schema import Hardware, Metrics, Parallelism, Record, 
 from phantora.frameworks.deepspeed import NON_LANGUAGE_MODELS
 from phantora.groundtruth.submit import canonical_text
 
+# rows measured again on other hosts (repeat_rows.sh, offload_profile.sh, resnet_insitu.sh): their SUMMARY files,
+# relative to this folder, in the order they are recorded as metrics.iteration_s_repeats
+REPEATS = {
+    "g1-z1-unet-sd15-b8": ("h200x2-repeat/g1-z1-unet-sd15-b8-r1.json", "h200x2-repeat/g1-z1-unet-sd15-b8-r2.json"),
+    "dp2-z1-unet-sd15-b8": ("h200x2-repeat/dp2-z1-unet-sd15-b8-r1.json", "h200x2-repeat/dp2-z1-unet-sd15-b8-r2.json"),
+    "dp2-z2-llama3.2-1b-s2048-mb2-offload": ("h200x2-repeat/dp2-z2-llama3.2-1b-s2048-mb2-offload.json",),
+    "g1-z2-llama3.2-1b-s2048-mb2-offload": ("h200x2-offload-g1/plain.json",),
+    "g1-z1-resnet50-b128": ("h200x2-resnet/g1-z1-resnet50-b128.json",),
+    "dp2-z1-resnet50-b128": ("h200x2-resnet/dp2-z1-resnet50-b128.json",),
+}
+
+
+def _repeats(name: str) -> tuple[str, dict]:
+    """The notes' sentence citing a row's repeated runs and the metrics they give ("", {} without any)."""
+    files = REPEATS.get(name)
+    if not files:
+        return "", {}
+    here = Path(__file__).resolve().parent
+    values = [round(json.loads((here / f).read_text())["median_step_s"], 5) for f in files]
+    where = ", ".join(f"groundtruth/deepspeed/{f}" for f in files)
+    return (f" Repeated runs of the same configuration on other hosts (metrics.iteration_s_repeats, in order; the "
+            f"workload's SUMMARY median_step_s): {where}."), {"iteration_s_repeats": values}
+
+
 def _preset_layers(model: str) -> int:
     import tomllib
 
@@ -49,12 +73,14 @@ def record_of(path: Path) -> Record:
         "OMP_NUM_THREADS unset (all host cores)"
     offload = f" The CPU optimizer ran with {threads}." if c["offload_optimizer"] != "none" else ""
     memory, allocated, assumed = allocated_memory(d["peak_mem_gib"], pp)
+    again, repeats = _repeats(name)
     return Record(
         id=f"{prefix}-{gpus}-{name}", suite="deepspeed",
         notes=(f"presets/workloads/deepspeed_gpt.py (DeepSpeed 0.19.8, {c['optimizer']}, ZeRO {c['zero']}"
                f"{', PipelineEngine over %d stages' % pp if pp > 1 else ''}) on {gpus} "
                f"GPU(s) of {host}, {c['steps']} steps, median of steps 2-{c['steps']} (the workload's SUMMARY).{offload}"
-               f" {memory} Raw output: {folder}/{name}.log and .json; command: groundtruth/deepspeed/measure.sh."),
+               f" {memory} Raw output: {folder}/{name}.log and .json; command: groundtruth/deepspeed/measure.sh."
+               f"{again}"),
         source=Source(date="2026-11-26", contributor=f"phantora maintainers (measured on {gpus} GPU(s) of {host})",
                       version="presets/workloads/deepspeed_gpt.py, deepspeed 0.19.8",
                       section=f"{folder}/{name}.json"),
@@ -70,7 +96,7 @@ def record_of(path: Path) -> Record:
                           precision=c["precision"], torch_version="2.11.0+cu130",
                           optimizer=f"AdamW ({c['optimizer']}, fp32 master)", options=options),
         metrics=Metrics(iteration_s=round(d["median_step_s"], 5), tokens_per_s_per_gpu=round(d["tps_per_gpu"], 1),
-                        **allocated),
+                        **allocated, **repeats),
         assumptions=assumed,
     )
 
@@ -99,13 +125,14 @@ def other_record_of(path: Path, date: str) -> Record:
     measured = host_of(path.parent)
     spread = f"{min(d['step_times_s'][1:]) * 1e3:.1f}-{max(d['step_times_s'][1:]) * 1e3:.1f} ms"
     memory, allocated, assumed = allocated_memory(d["peak_mem_gib"], 1)
+    again, repeats = _repeats(name)
     return Record(
         id=f"{measured.prefix}-{gpus}-{name}", suite="deepspeed",
         notes=(f"presets/workloads/{d['workload']}.py: {OTHER_WORKLOADS[d['workload']]} (DeepSpeed 0.19.8, "
                f"FusedAdam, ZeRO {c['zero']}) on {gpus} GPU(s) of {measured.words}, {c['steps']} steps, median of "
                f"steps 2-{c['steps']} (the workload's SUMMARY; those steps took {spread}). Not a language model: "
                f"samples per step, no tokens or model FLOPs. {memory} Raw output: {folder}/{name}.log and .json; "
-               f"command: groundtruth/deepspeed/measure.sh."),
+               f"command: groundtruth/deepspeed/measure.sh.{again}"),
         source=Source(date=date, contributor=f"phantora maintainers (measured on {gpus} GPU(s) of {measured.words})",
                       version=f"presets/workloads/{d['workload']}.py, deepspeed 0.19.8",
                       section=f"{folder}/{name}.json"),
@@ -118,7 +145,7 @@ def other_record_of(path: Path, date: str) -> Record:
                           activation_checkpointing="none", parallelism=Parallelism(dp_replicate=gpus),
                           precision=c["precision"], torch_version="2.11.0+cu130",
                           optimizer="AdamW (FusedAdam, fp32 master)", options=options, task="other"),
-        metrics=Metrics(iteration_s=round(d["median_step_s"], 5), **allocated),
+        metrics=Metrics(iteration_s=round(d["median_step_s"], 5), **allocated, **repeats),
         assumptions=assumed,
     )
 

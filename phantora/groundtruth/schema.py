@@ -186,6 +186,9 @@ class Metrics:
     memory_allocated_gib: float | None = None   # peak memory handed to tensors (torch.cuda.max_memory_allocated)
     oom: bool = False                           # the run ran out of GPU memory (then no other metric)
     at_iteration: int = 0                       # the iteration at which the figures were read (0: not stated)
+    # the same configuration's iteration time measured again (other runs, other hosts of the kind), seconds: with
+    # iteration_s, the measured spread a validation report sets the simulation against (raw output cited in notes)
+    iteration_s_repeats: list[float] | None = None
 
     def validate(self) -> None:
         given = [k for k in METRIC_KEYS if getattr(self, k) is not None]
@@ -205,11 +208,28 @@ class Metrics:
                                   key="metrics.mfu_percent")
         if self.at_iteration < 0:
             raise PresetError("must not be negative", key="metrics.at_iteration")
+        if self.iteration_s_repeats is not None:
+            if self.iteration_s is None:
+                raise PresetError("repeats of the iteration time need metrics.iteration_s, the record's own",
+                                  key="metrics.iteration_s_repeats")
+            if not self.iteration_s_repeats:
+                raise PresetError("give at least one repeat, or leave the key out", key="metrics.iteration_s_repeats")
+            for i, v in enumerate(self.iteration_s_repeats):
+                if v <= 0:
+                    raise PresetError("must be positive", key=f"metrics.iteration_s_repeats[{i}]")
         if (self.memory_allocated_gib is not None and self.memory_gib is not None
                 and self.memory_allocated_gib > self.memory_gib):
             raise PresetError(f"{self.memory_allocated_gib:g} GiB allocated exceeds the {self.memory_gib:g} GiB peak "
                               f"memory: the caching allocator hands tensors part of what it holds",
                               key="metrics.memory_allocated_gib")
+
+    def iteration_spread(self) -> tuple[float, float, int] | None:
+        """(fastest, slowest, runs) of the iteration time over the record's run and its repeats; None without
+        repeats."""
+        if not self.iteration_s_repeats or self.iteration_s is None:
+            return None
+        runs = [self.iteration_s, *self.iteration_s_repeats]
+        return min(runs), max(runs), len(runs)
 
     def measured(self) -> dict[str, float | bool]:
         """The metrics the record holds (OOM as {'oom': True})."""
