@@ -131,7 +131,8 @@ class HostSpec:
     cpu_cores: int = 16                    # host threads of a rank when OMP_NUM_THREADS is not set
     # host memory traffic (bytes read + written per second, GB/s) of a rank's CPU work on large host tensors, by
     # thread count: [threads, GB/s] points, interpolated; each point the median over every run of one process at that
-    # thread count on 2 x H200 hosts of 32 cores (groundtruth/deepspeed/host_tables.py prints them from the data)
+    # thread count on 2 x H200 hosts of 32 cores (element-wise: the mean of mul_'s and add_'s medians;
+    # groundtruth/deepspeed/host_tables.py prints them from the data)
     copy_gbps: list = field(default_factory=lambda: [[1, 10.8], [4, 36.0], [8, 61.1], [16, 81.2], [32, 98.0]])  # copy_
     downcast_gbps: list = field(default_factory=lambda: [[1, 9.09], [4, 30.0], [8, 51.9], [16, 75.1], [32, 104.9]])
     upcast_gbps: list = field(default_factory=lambda: [[1, 3.05], [4, 7.11], [8, 10.6], [16, 15.5], [32, 15.4]])

@@ -9,7 +9,8 @@ import pytest
 
 from phantora.errors import PresetError
 from phantora.groundtruth.schema import record_from_table
-from phantora.groundtruth.store import load_suite
+from phantora.groundtruth.checks import check_record
+from phantora.groundtruth.store import find_contradictions, list_suites, load_suite
 from phantora.paths import groundtruth_dir, project_root
 from phantora_validation.compare import compare, summarize, CaseResult
 from phantora_validation.report import format_table
@@ -20,11 +21,8 @@ CITED = re.compile(r"Repeated runs of the same configuration[^:]*: ([^\"]+?)\.(?
 
 def _records_with_repeats():
     out = []
-    for suite in ("deepspeed", "local", "megatron", "torchtitan", "moe"):
-        try:
-            out += [r for _, r in load_suite(suite, groundtruth_dir()) if r.metrics.iteration_s_repeats]
-        except FileNotFoundError:
-            continue
+    for suite in list_suites(groundtruth_dir()):
+        out += [r for _, r in load_suite(suite, groundtruth_dir()) if r.metrics.iteration_s_repeats]
     return out
 
 
@@ -49,19 +47,40 @@ def _table(**metrics):
     return table
 
 
-@pytest.mark.parametrize("metrics, key", [
-    ({"iteration_s_repeats": []}, "metrics.iteration_s_repeats"),
-    ({"iteration_s_repeats": [0.33, 0.0]}, "metrics.iteration_s_repeats[1]"),
-    ({"iteration_s_repeats": [0.33], "iteration_s": None}, "metrics.iteration_s_repeats"),
+@pytest.mark.parametrize("metrics, key, says", [
+    ({"iteration_s_repeats": []}, "metrics.iteration_s_repeats", "at least one"),
+    ({"iteration_s_repeats": [0.33, 0.0]}, "metrics.iteration_s_repeats[1]", "positive"),
+    ({"iteration_s_repeats": [0.33], "iteration_s": None, "memory_gib": 30.0}, "metrics.iteration_s_repeats",
+     "need metrics.iteration_s"),
+    ({"iteration_s_repeats": [0.33], "iteration_s": None, "memory_allocated_gib": None, "oom": True},
+     "metrics.iteration_s_repeats", "out-of-memory"),
 ])
-def test_malformed_repeats_are_refused_by_their_key(metrics, key):
+def test_malformed_repeats_are_refused_by_their_key(metrics, key, says):
     table = _table(**metrics)
     table["metrics"] = {k: v for k, v in table["metrics"].items() if v is not None}
-    if "iteration_s" not in table["metrics"]:
-        table["metrics"]["memory_gib"] = 30.0
     with pytest.raises(PresetError) as err:
         record_from_table(table, file="rec.toml")
-    assert key in str(err.value) and "rec.toml" in str(err.value)
+    assert f"key '{key}'" in str(err.value), err.value
+    assert "rec.toml" in str(err.value) and says in str(err.value)
+
+
+def test_a_repeat_in_another_unit_is_a_problem_of_its_key():
+    """Repeats are seconds; one given in milliseconds (or a typo) is far from the record's own step."""
+    rec = record_from_table(_table(iteration_s=0.335, iteration_s_repeats=[0.33, 330.0]))
+    problems = check_record(rec).problems
+    assert any("metrics.iteration_s_repeats[1]" in p for p in map(str, problems)), problems
+    assert not any("iteration_s_repeats[0]" in p for p in map(str, problems)), problems
+
+
+def test_a_value_inside_a_filed_records_runs_is_no_contradiction():
+    """Another source's step inside the filed record's runs agrees with it; one well outside does not."""
+    from pathlib import Path
+    filed = record_from_table(_table(iteration_s=0.2122, iteration_s_repeats=[0.266, 0.293]))
+    for value, contradicts in ((0.27, False), (0.2122 * 0.85, True), (0.293 * 1.2, True)):
+        table = _table(iteration_s=value)
+        table["source"] = {**table["source"], "contributor": "someone else", "section": "elsewhere"}
+        found = find_contradictions(record_from_table(table), [(Path("filed.toml"), filed)])
+        assert bool([c for c in found if c.metric == "iteration_s"]) == contradicts, (value, found)
 
 
 @pytest.mark.parametrize("simulated", [0.30, 0.332, 0.36])
@@ -82,3 +101,8 @@ def test_the_report_sets_the_simulation_against_the_runs(simulated):
     text = format_table("deepspeed", [CaseResult(rec.id, rows)], summary)
     line = next(ln for ln in text.splitlines() if "iter (s), 3 runs" in ln)
     assert "0.329-0.335" in line and ("inside" in line) == (outside == 0.0)
+    if outside != 0.0:
+        assert f"{100 * outside:+.2f}% out" in line
+    spread = row.as_dict()["spread"]
+    assert (spread["fastest"], spread["slowest"], spread["runs"]) == (lo, hi, 3)
+    assert spread["outside"] == pytest.approx(outside)

@@ -46,7 +46,7 @@ def rows_of(results: list[CaseResult]) -> list[list[str]]:
                 outside = row.spread_error
                 said = "n/a" if outside is None else ("inside" if outside == 0.0 else f"{100 * outside:+.2f}% out")
                 out.append(["", f"{LABELS.get(row.metric, row.metric)}, {runs} runs", f"{lo:.3g}-{hi:.3g}",
-                            _num(row.simulated), said, ""])
+                            f"{row.simulated:.3g}" if row.simulated is not None else "-", said, ""])
     return out
 
 
@@ -61,8 +61,8 @@ def summary_lines(summary: dict[str, Any], max_error: float | None = None) -> li
     if summary["oom_cases"]:
         lines.append(f"OOM rows predicted: {summary['oom_correct']} of {summary['oom_cases']}")
     if summary.get("spread_cases"):
-        lines.append(f"Measured spread (records with repeated runs): simulated inside the runs' range in "
-                     f"{summary['within_spread']} of {summary['spread_cases']}")
+        lines.append(f"Measured spread (records with repeated runs, compared): simulated inside the runs' range "
+                     f"in {summary['within_spread']} of {summary['spread_cases']}")
     if summary["oom_mismatches"]:
         lines.append(f"OOM mismatches: {summary['oom_mismatches']}")
     if summary["failed"]:

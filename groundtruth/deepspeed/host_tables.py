@@ -35,7 +35,10 @@ TABLES = {"copy_gbps": ("copy_fp32",), "downcast_gbps": ("copy_bf16_from_fp32",)
           "reduction_gbps": ("norm_fp32",), "cpu_adam_gbps": ("cpu_adam",)}
 
 
-def _cores(system: str) -> int:
+def _cores(system: str | None, results: str) -> int:
+    if system is None:
+        raise ValueError(f"{results}: a run with OMP_NUM_THREADS unset, and no system.txt in SOURCES to read the "
+                         f"host's cores from")
     return int((HERE / system).read_text().split()[0])
 
 
@@ -51,7 +54,7 @@ def single_process_rates() -> dict[tuple[str, int], list[float]]:
             if tag.startswith("P=") and not tag.startswith("P=1,"):
                 continue
             threads = row["omp_num_threads"]
-            threads = _cores(system) if threads in (None, "unset") else int(threads)
+            threads = _cores(system, results) if threads in (None, "unset") else int(threads)
             rates.setdefault((row.get("op", "cpu_adam"), threads), []).append(row["gbps"])
     return rates
 

@@ -19,7 +19,7 @@ mkdir -p "$OUT"
 } > "$OUT/system-$PART.txt" 2>&1
 run() {
   name=$1; n=$2; script=$3; shift 3
-  if [ -n "${ONLY:-}" ]; then case " $ONLY " in *" $name "*) ;; *) return 0 ;; esac; fi
+  if [ -n "${ONLY:-}" ]; then case " $ONLY " in *" $name "*) MATCHED="$MATCHED $name" ;; *) return 0 ;; esac; fi
   name=$name${SUFFIX:-}
   devices=0; [ "$n" = 2 ] && devices=0,1
   CUDA_VISIBLE_DEVICES=$devices torchrun --standalone --nproc-per-node "$n" "presets/workloads/$script" \
@@ -53,4 +53,8 @@ rows() {
   run g1-z2-llama3.2-1b-s2048-mb2-offload     1 deepspeed_gpt.py --model llama3.2-1b --zero 2 --micro-batch 2 --offload-optimizer cpu
   fi
 }
+MATCHED=""
 rows
+for want in ${ONLY:-}; do
+  case " ${MATCHED:-} " in *" $want "*) ;; *) echo "ONLY: no row '$want' in PART $PART" >&2; exit 2 ;; esac
+done

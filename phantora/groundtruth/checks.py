@@ -56,6 +56,9 @@ def implied_mfu_percent(record: Record, tokens_per_s_per_gpu: float) -> float:
     return 100.0 * tokens_per_s_per_gpu * flops_per_token(record) / peak
 
 
+REPEAT_RATIO = 3.0     # a repeated run farther than this factor from the record's own is a unit or a typo
+
+
 def check_record(record: Record, *, file: str | None = None) -> CheckReport:
     """Every plausibility problem of `record` (see the module docstring)."""
     from ..cluster import load_cluster
@@ -116,6 +119,13 @@ def check_record(record: Record, *, file: str | None = None) -> CheckReport:
                 warn("hardware.inter_host_gbps_per_gpu",
                      f"{hw.inter_host_gbps_per_gpu:g} Gb/s per GPU but cluster preset '{hw.cluster}' gives "
                      f"{per_gpu:g} Gb/s per GPU")
+
+    if m.iteration_s is not None and m.iteration_s_repeats:
+        for i, v in enumerate(m.iteration_s_repeats):
+            if not m.iteration_s / REPEAT_RATIO <= v <= m.iteration_s * REPEAT_RATIO:
+                problem(f"metrics.iteration_s_repeats[{i}]",
+                        f"{v:g} s is more than {REPEAT_RATIO:g} times from iteration_s ({m.iteration_s:g} s): "
+                        f"repeats are seconds per step, even where iteration_ms gives the record's own")
 
     if model is not None and wl.seq_len > model.max_seq_len:
         problem("workload.seq_len", f"{wl.seq_len} exceeds {wl.model}'s longest context ({model.max_seq_len})")

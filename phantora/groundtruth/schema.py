@@ -209,6 +209,9 @@ class Metrics:
         if self.at_iteration < 0:
             raise PresetError("must not be negative", key="metrics.at_iteration")
         if self.iteration_s_repeats is not None:
+            if self.oom:
+                raise PresetError("an out-of-memory record has no iteration time to repeat",
+                                  key="metrics.iteration_s_repeats")
             if self.iteration_s is None:
                 raise PresetError("repeats of the iteration time need metrics.iteration_s, the record's own",
                                   key="metrics.iteration_s_repeats")

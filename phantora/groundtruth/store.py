@@ -149,9 +149,25 @@ def find_contradictions(rec: Record, records: list[tuple[Path, Record]]) -> list
                 continue
             if k == "mfu_percent" and rec.metrics.mfu_counts_embedding != other.metrics.mfu_counts_embedding:
                 continue      # two MFU conventions: not comparable
-            if abs(a - b) > CONTRADICTION * b:
+            lo, hi = _agreeing(k, b, other)
+            if not lo <= a <= hi:
                 out.append(Contradiction(path, k, a, b))
     return out
+
+
+_STEP_METRICS = {"iteration_s": 1, "tokens_per_s_per_gpu": -1, "mfu_percent": -1}   # how each goes with step time
+
+
+def _agreeing(metric: str, value: float, other: Record) -> tuple[float, float]:
+    """The values of `metric` that agree with `other`'s: within CONTRADICTION of its figure, widened for the step-time
+    metrics by the range of its repeated runs (metrics.iteration_s_repeats), if it has any."""
+    r_lo = r_hi = 1.0
+    spread = other.metrics.iteration_spread()
+    if spread is not None and metric in _STEP_METRICS:
+        r_lo, r_hi = spread[0] / other.metrics.iteration_s, spread[1] / other.metrics.iteration_s
+        if _STEP_METRICS[metric] < 0:        # throughput and MFU go as the inverse of the step time
+            r_lo, r_hi = 1.0 / r_hi, 1.0 / r_lo
+    return value * r_lo * (1 - CONTRADICTION), value * r_hi * (1 + CONTRADICTION)
 
 
 def record_path(rec: Record, root: str | Path | None = None) -> Path:

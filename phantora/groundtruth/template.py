@@ -72,7 +72,7 @@ tokens_per_s_per_gpu = 6000.0   # or tokens_per_s (whole job)
 # memory_allocated_gib = 61.2   # peak handed to tensors per GPU (torch.cuda.max_memory_allocated), GiB
 # oom = true                    # the run did not fit (then no other metric)
 # at_iteration = 100            # the iteration the figures were read at
-# iteration_s_repeats = [2.81, 2.69]  # the same configuration measured again (other runs or hosts), seconds
+# iteration_s_repeats = [2.81, 2.69]  # the same configuration measured again (other runs, hosts): seconds, always
 
 # [assumptions]                 # values the source does not state, and why you chose them
 # "hardware.inter_host_gbps_per_gpu" = "not stated; the cluster's NICs are 400 Gb/s"

@@ -20,7 +20,7 @@ A blocking copy between host and device that changes the dtype converts on the h
 rate too; a non-blocking one converts on the GPU (PyTorch's rule; interceptor).
 The threads are `OMP_NUM_THREADS` when set (torchrun and `phantora run` set 1 for several processes per node), else
 the preset's `cpu_cores`. Ranks sharing a host do not slow each other here: two single-threaded processes do not
-measurably on a host, eight do (copies and element-wise ops at about 0.85 of one alone; docs/host-cpu.md). Smaller
+measurably on a host, eight do (copies at about 0.85 of one alone, CPU Adam 0.76 or lower; docs/host-cpu.md). Smaller
 host ops cost only their dispatch (docs/host-cpu.md).
 """
 
