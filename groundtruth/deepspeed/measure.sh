@@ -7,6 +7,8 @@
 # writes OUT_DIR/<name>.json (the workload's SUMMARY) and OUT_DIR/<name>.log. Rows run under torchrun, which sets OMP_NUM_THREADS=1 for 2 processes (the CPU optimizer's
 # threads under offload). STEPS (default 8) sets the steps of each run; ONLY (names, space-separated) runs those rows of
 # the PART alone, and SUFFIX is appended to their file names (repeat runs: groundtruth/deepspeed/repeat_rows.sh).
+# PROFILE=1 records steps 3-4 of each row by torch.profiler with the launching ops' Python stacks
+# (--kernel-profile OUT_DIR/<name>/, rank 0; rank1/ for a second rank; presets/workloads/workload_common.py).
 set -u
 OUT=${1:?output directory}
 PART=${2:?part: 1, 2, 3 or 4}
@@ -22,8 +24,9 @@ run() {
   if [ -n "${ONLY:-}" ]; then case " $ONLY " in *" $name "*) MATCHED="$MATCHED $name" ;; *) return 0 ;; esac; fi
   name=$name${SUFFIX:-}
   devices=0; [ "$n" = 2 ] && devices=0,1
-  CUDA_VISIBLE_DEVICES=$devices torchrun --standalone --nproc-per-node "$n" "presets/workloads/$script" \
-    --steps "${STEPS:-8}" --json-out "$OUT/$name.json" "$@" > "$OUT/$name.log" 2>&1
+  prof=(); [ -n "${PROFILE:-}" ] && prof=(--kernel-profile "$OUT/$name")
+  CUDA_VISIBLE_DEVICES=$devices KERNEL_PROFILE_STACKS=${PROFILE:+1} torchrun --standalone --nproc-per-node "$n" "presets/workloads/$script" \
+    --steps "${STEPS:-8}" --json-out "$OUT/$name.json" "$@" "${prof[@]}" > "$OUT/$name.log" 2>&1
   echo "$name rc=$? $(grep -o '"median_step_s": [0-9.]*' "$OUT/$name.json" 2>/dev/null)"
 }
 rows() {

@@ -2,7 +2,8 @@
 
 Each case is a loop that issues one kind of op on tiny CUDA tensors (a view, an element-wise op with two or three
 operands, a bf16 GEMM and convolution, a factory, a foreach op over 16 tensors, an op that autograd records, a backward
-pass, a module call, an optimizer step...), so small that every kernel finishes before the host has issued the next:
+pass, a reduction, a norm, a cast, `torch.isfinite`, DeepSpeed's per-gradient overflow check (one check: 13 ops), a
+module call, an optimizer step...), so small that every kernel finishes before the host has issued the next:
 the loop's time is the host's. Each case's time per op is the median of repeats of `time.perf_counter` around the
 loop and a `torch.cuda.synchronize()`. Under `phantora run` the clock is the rank's simulated one, so the same script
 prints what the modelled host CPU charges for each op (docs/host-cpu.md).
@@ -44,6 +45,8 @@ def _cases() -> dict:
         p.grad = torch.randn_like(p)
     adamw = torch.optim.AdamW(params, lr=1e-3, foreach=True)
     idx = torch.arange(0, 256, 2, device=dev)
+    xb = torch.ones(256, device=dev, dtype=torch.bfloat16)
+    flag = torch.zeros(1, device=dev)
 
     def view(n):
         for _ in range(n):
@@ -123,6 +126,26 @@ def _cases() -> dict:
             t = t * y
         t.sum().backward()
 
+    def amax(n):
+        for _ in range(n):
+            xb.amax()
+
+    def vector_norm(n):
+        for _ in range(n):
+            torch.linalg.vector_norm(xb, 2.0)
+
+    def to_float(n):                     # a cast: aten._to_copy
+        for _ in range(n):
+            xb.float()
+
+    def isfinite(n):                     # composite in C++: four kernels (eq, abs, ne, mul)
+        for _ in range(n):
+            torch.isfinite(xb)
+
+    def overflow_check(n):               # the per-gradient check of DeepSpeed's ZeRO 1/2 step, as plain torch
+        for _ in range(n):
+            flag.add_(torch.isfinite(xb.amax()).logical_and(torch.isfinite(xb.amin())).logical_not())
+
     def linear_module(n):
         with torch.no_grad():
             for _ in range(n):
@@ -139,8 +162,8 @@ def _cases() -> dict:
 
     return {f.__name__.rstrip("_"): f for f in (
         view, transpose, slice_, add_inplace, add, addcmul, mul_out, relu, sum_, copy, empty, zeros, index_select,
-        cat, mm, conv2d, foreach_add16, recorded_mul, backward_chain, linear_module, layer_norm_module,
-        adamw_step16)}
+        cat, mm, conv2d, foreach_add16, recorded_mul, backward_chain, amax, vector_norm, to_float, isfinite,
+        overflow_check, linear_module, layer_norm_module, adamw_step16)}
 
 
 def _time(fn, n: int) -> float:
@@ -157,7 +180,7 @@ def measure() -> dict:
     from conversions_bench import cpu_model      # this folder's (the script's own folder is on sys.path)
     out = {}
     for name, fn in _cases().items():
-        n = N if name != "adamw_step16" else N // 8
+        n = N // 8 if name in ("adamw_step16", "overflow_check") else N
         _time(fn, n)
         times = [_time(fn, n) for _ in range(REPEATS)]
         out[name] = {"us_per_op": statistics.median(times) * 1e6, "min_us": min(times) * 1e6,

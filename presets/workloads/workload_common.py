@@ -257,9 +257,11 @@ def _launchers(prof) -> list[dict]:
 
 def write_kernel_profile(prof, out: Path, step_times: list[float], prog: str) -> None:
     """In-situ GPU time of the recorded steps: per (op, input shapes) the kernel time launched by the op itself
-    (torch.profiler's self device time), per kernel name its calls and total time (summed over the recorded steps),
-    the timeline of every kernel (name, stream, start, duration; timeline.json) and per kernel the op that launched
-    it with its callers (launchers.json; with KERNEL_PROFILE_STACKS=1 also its Python frames). Times in microseconds."""
+    (torch.profiler's self device time), per op its host time under the profiler (host_ops.json: calls, CPU time
+    with and without the ops it calls, the profiler's own cost per op included), per kernel name its calls and total
+    time (summed over the recorded steps), the timeline of every kernel (name, stream, start, duration;
+    timeline.json) and per kernel the op that launched it with its callers (launchers.json; with
+    KERNEL_PROFILE_STACKS=1 also its Python frames). Times in microseconds."""
     import torch
 
     prof.__exit__(None, None, None)
@@ -289,6 +291,10 @@ def write_kernel_profile(prof, out: Path, step_times: list[float], prog: str) ->
     meta = {"steps": steps, "step_times_s": step_times, "device": torch.cuda.get_device_name(),
             "torch": torch.__version__}
     (out / "ops.json").write_text(json.dumps({**meta, "ops": ops}) + "\n")
+    host = [{"op": e.key, "count": e.count, "cpu_us": float(e.cpu_time_total),
+             "self_cpu_us": float(e.self_cpu_time_total)} for e in prof.key_averages() if e.count]
+    (out / "host_ops.json").write_text(json.dumps({**meta, "host_ops": sorted(host, key=lambda h: -h["cpu_us"])})
+                                       + "\n")
     (out / "launchers.json").write_text(json.dumps({**meta, "launchers": _launchers(prof)}) + "\n")
     (out / "kernels.json").write_text(json.dumps(
         {**meta, "kernels": [{"name": n, "calls": c, "total_us": t} for n, (c, t) in
