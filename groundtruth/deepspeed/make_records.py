@@ -21,10 +21,11 @@ from phantora.groundtruth.schema import Hardware, Metrics, Parallelism, Record, 
 from phantora.frameworks.deepspeed import NON_LANGUAGE_MODELS
 from phantora.groundtruth.submit import canonical_text
 
-# rows measured again on other hosts (repeat_rows.sh, offload_profile.sh, resnet_insitu.sh): their SUMMARY files,
-# relative to this folder, in the order they are recorded as metrics.iteration_s_repeats
+# rows measured again on other hosts (repeat_rows.sh, offload_profile.sh, resnet_insitu.sh, unet_host.sh): their
+# SUMMARY files, relative to this folder, in the order they are recorded as metrics.iteration_s_repeats
 REPEATS = {
-    "g1-z1-unet-sd15-b8": ("h200x2-repeat/g1-z1-unet-sd15-b8-r1.json", "h200x2-repeat/g1-z1-unet-sd15-b8-r2.json"),
+    "g1-z1-unet-sd15-b8": ("h200x2-repeat/g1-z1-unet-sd15-b8-r1.json", "h200x2-repeat/g1-z1-unet-sd15-b8-r2.json",
+                           "h200-unet/g1-z1-unet-sd15-b8.json", "h200-unet/g1-z1-unet-sd15-b8-r2.json"),
     "dp2-z1-unet-sd15-b8": ("h200x2-repeat/dp2-z1-unet-sd15-b8-r1.json", "h200x2-repeat/dp2-z1-unet-sd15-b8-r2.json"),
     "dp2-z2-llama3.2-1b-s2048-mb2-offload": ("h200x2-repeat/dp2-z2-llama3.2-1b-s2048-mb2-offload.json",),
     "g1-z2-llama3.2-1b-s2048-mb2-offload": ("h200x2-offload-g1/plain.json",),
