@@ -24,9 +24,10 @@ run() {
   if [ -n "${ONLY:-}" ]; then case " $ONLY " in *" $name "*) MATCHED="$MATCHED $name" ;; *) return 0 ;; esac; fi
   name=$name${SUFFIX:-}
   devices=0; [ "$n" = 2 ] && devices=0,1
-  prof=(); [ -n "${PROFILE:-}" ] && prof=(--kernel-profile "$OUT/$name")
-  CUDA_VISIBLE_DEVICES=$devices KERNEL_PROFILE_STACKS=${PROFILE:+1} torchrun --standalone --nproc-per-node "$n" "presets/workloads/$script" \
-    --steps "${STEPS:-8}" --json-out "$OUT/$name.json" "$@" "${prof[@]}" > "$OUT/$name.log" 2>&1
+  prof=(); stacks=${KERNEL_PROFILE_STACKS:-}
+  if [ "${PROFILE:-0}" = 1 ]; then prof=(--kernel-profile "$OUT/$name"); stacks=1; fi
+  CUDA_VISIBLE_DEVICES=$devices KERNEL_PROFILE_STACKS=$stacks torchrun --standalone --nproc-per-node "$n" "presets/workloads/$script" \
+    --steps "${STEPS:-8}" --json-out "$OUT/$name.json" "$@" ${prof[@]+"${prof[@]}"} > "$OUT/$name.log" 2>&1
   echo "$name rc=$? $(grep -o '"median_step_s": [0-9.]*' "$OUT/$name.json" 2>/dev/null)"
 }
 rows() {

@@ -9,7 +9,8 @@
 #                                                 backward and optimizer step in milliseconds, each step
 #   ops-before.json/.log, ops-after.json/.log     groundtruth/hostcpu/op_costs.py before and after those runs
 #   g1-z1-unet-sd15-b8-pyspy.json/.log, -pyspy.speedscope.json   12 steps under py-spy, every sample kept in time
-#                                                 order (groundtruth/deepspeed/step_phases.py reads it)
+#                                                 order; -pyspy.speedscope.json.gz the same with its paths cut
+#                                                 (groundtruth/deepspeed/step_phases.py --write, which summarizes it)
 # Run from the repository root on a host with a GPU, DeepSpeed, diffusers and py-spy installed:
 #   bash groundtruth/deepspeed/unet_host.sh OUT_DIR
 set -u
@@ -37,3 +38,5 @@ CUDA_VISIBLE_DEVICES=0 py-spy record --subprocesses --threads --idle --nonblocki
   torchrun --standalone --nproc-per-node 1 presets/workloads/deepspeed_unet.py --steps 12 --batch 8 --zero 1 \
   --json-out "$OUT/g1-z1-unet-sd15-b8-pyspy.json" > "$OUT/g1-z1-unet-sd15-b8-pyspy.log" 2>&1
 echo "pyspy rc=$? $(grep -o '"median_step_s": [0-9.]*' "$OUT/g1-z1-unet-sd15-b8-pyspy.json" 2>/dev/null)"
+python groundtruth/deepspeed/step_phases.py "$OUT/g1-z1-unet-sd15-b8-pyspy.speedscope.json" \
+  "$OUT/g1-z1-unet-sd15-b8-pyspy.json" --write "$OUT/g1-z1-unet-sd15-b8-pyspy.speedscope.json.gz"
