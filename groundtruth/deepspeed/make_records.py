@@ -21,6 +21,8 @@ from phantora.groundtruth.schema import Hardware, Metrics, Parallelism, Record, 
 from phantora.frameworks.deepspeed import NON_LANGUAGE_MODELS
 from phantora.groundtruth.submit import canonical_text
 
+SAME_HOST = "../hostcpu/h200x2-same-host"
+
 # rows measured again on other hosts (repeat_rows.sh, offload_profile.sh, resnet_insitu.sh, unet_host.sh): their
 # SUMMARY files, relative to this folder, in the order they are recorded as metrics.iteration_s_repeats
 REPEATS = {
@@ -31,6 +33,19 @@ REPEATS = {
     "g1-z2-llama3.2-1b-s2048-mb2-offload": ("h200x2-offload-g1/plain.json",),
     "g1-z1-resnet50-b128": ("h200x2-resnet/g1-z1-resnet50-b128.json",),
     "dp2-z1-resnet50-b128": ("h200x2-resnet/dp2-z1-resnet50-b128.json",),
+    # host B's unprofiled runs (clocks.sh: nvidia-smi sampling in its own process) and the two runs of
+    # groundtruth/hostcpu/same_host.sh on a third host
+    "g1-z3-llama3.2-1b-s2048-mb2-ac": ("h200x2-clocks/g1-z3-llama3.2-1b-s2048-mb2-ac.json",
+                                       f"{SAME_HOST}/run1/rows/g1-z3-llama3.2-1b-s2048-mb2-ac.json",
+                                       f"{SAME_HOST}/run2/rows/g1-z3-llama3.2-1b-s2048-mb2-ac.json"),
+    "dp2-z3-llama3.2-1b-s2048-mb2": ("h200x2-clocks/dp2-z3-llama3.2-1b-s2048-mb2.json",
+                                     f"{SAME_HOST}/run1/rows/dp2-z3-llama3.2-1b-s2048-mb2.json",
+                                     f"{SAME_HOST}/run2/rows/dp2-z3-llama3.2-1b-s2048-mb2.json"),
+    "dp2-z3-llama3.2-3b-s2048-mb2-ac": (f"{SAME_HOST}/run1/rows/dp2-z3-llama3.2-3b-s2048-mb2-ac.json",
+                                        f"{SAME_HOST}/run2/rows/dp2-z3-llama3.2-3b-s2048-mb2-ac.json"),
+    "pp2-z1-llama3.2-3b-s2048-mb1-ga8": ("h200x2-clocks/pp2-z1-llama3.2-3b-s2048-mb1-ga8.json",),
+    "pp2-z1-llama3.2-1b-s2048-mb2-ga8-ac": ("h200x2-clocks/pp2-z1-llama3.2-1b-s2048-mb2-ga8-ac.json",),
+    "dp2-z2-llama3.2-3b-s4096-mb1-ac": ("h200x2-clocks/dp2-z2-llama3.2-3b-s4096-mb1-ac.json",),
 }
 
 
@@ -40,8 +55,9 @@ def _repeats(name: str) -> tuple[str, dict]:
     if not files:
         return "", {}
     here = Path(__file__).resolve().parent
+    root = here.parent.parent
     values = [round(json.loads((here / f).read_text())["median_step_s"], 5) for f in files]
-    where = ", ".join(f"groundtruth/deepspeed/{f}" for f in files)
+    where = ", ".join(str((here / f).resolve().relative_to(root)) for f in files)
     return (f" Repeated runs of the same configuration on other hosts (metrics.iteration_s_repeats, in order; the "
             f"workload's SUMMARY median_step_s): {where}."), {"iteration_s_repeats": values}
 
