@@ -464,3 +464,38 @@ def test_device_properties_follow_the_compute_capability(gpu, threads, smem_sm, 
     props = _DeviceProperties(load_gpu(gpu), 80 << 30, 0)
     assert (props.max_threads_per_multi_processor, props.shared_memory_per_multiprocessor,
             props.shared_memory_per_block_optin) == (threads, smem_sm, smem_block)
+
+
+def test_cuda_build_refuses_a_real_copy_to_the_device_with_a_message():
+    """On a CUDA build of torch (torch 2.11.0+cu130, an H200 host), DTensor's random-number tracker reached the
+    fake mode with `aten.to.dtype_layout` of the host generator state to `cuda:1`; the fake mode ran it for real and
+    torch stopped on an internal assertion of the real CUDA allocator. The rank now stops with a message that names
+    the cause and the remedy; other ops, and copies of fake tensors, pass through."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PHANTORA_")}
+    env["PYTHONPATH"] = f"{ROOT / 'stubs'}{os.pathsep}{ROOT}"
+    code = """
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+from phantora_stubs.fake import _moves_host_tensor_to_device as moves, _no_real_device_copies
+aten = torch.ops.aten
+host = torch.zeros(16, dtype=torch.uint8)
+assert moves(aten.to.dtype_layout, (host,), {"dtype": torch.uint8, "device": torch.device("cuda", 1)})
+assert moves(aten.to.device, (host, torch.device("cuda", 0), torch.uint8), {})
+assert not moves(aten.to.dtype_layout, (host,), {"device": torch.device("cpu")})
+assert not moves(aten._to_copy.default, (host,), {"device": torch.device("cuda", 0)})
+with FakeTensorMode() as mode:
+    fake = torch.empty(4)
+assert not moves(aten.to.dtype_layout, (fake,), {"device": torch.device("cuda", 0)})
+wrapped = _no_real_device_copies(lambda self, func, types, args, kwargs: "ran")
+assert wrapped(None, aten.add.Tensor, (), (host, host), {}) == "ran"
+assert wrapped(None, aten.to.dtype_layout, (), (fake,), {"device": torch.device("cuda", 0)}) == "ran"
+try:
+    wrapped(None, aten.to.dtype_layout, (), (host,), {"device": torch.device("cuda", 1)})
+except RuntimeError as e:
+    print(e)
+else:
+    raise SystemExit("not refused")
+"""
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "CUDA build" in out.stdout and "pip install torch==2.13.0" in out.stdout and "docs/stubs.md" in out.stdout

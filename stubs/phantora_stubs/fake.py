@@ -1,8 +1,9 @@
 """Fake tensors for the whole program, and the patches PyTorch needs to run on them.
 
 `install(ctx)` enters one global `FakeTensorMode(allow_non_fake_inputs=True)` (with `avoid_device_init` forced on,
-so `torch.tensor(x, device='cuda')` never attempts a real copy) and the interceptor above it, on the main thread,
-for the rest of the program. Then it applies:
+so `torch.tensor(x, device='cuda')` never attempts a real copy; on a CUDA build of torch an `aten.to` copy of a host
+tensor to the device stops the rank with a message, `CUDA_BUILD_DTENSOR`) and the interceptor above it, on the main
+thread, for the rest of the program. Then it applies:
 - `torch.utils.swap_tensors` that tolerates fake tensors (their fake mode holds weak references to them), used by
   `nn.Module.to()` / `to_empty()`;
 - `Tensor.data = new` carrying the device and the known value of `new` over to a fake tensor;
@@ -48,10 +49,53 @@ from .values import VALUES, small_buffer
 _PATCHED: dict[str, Any] = {}
 
 
-def make_fake_mode() -> FakeTensorMode:
+def _moves_host_tensor_to_device(func: Any, args: tuple, kwargs: dict) -> bool:
+    """`aten.to.*` of a real (host) tensor to a device other than the CPU."""
+    if getattr(func, "overloadpacket", None) is not torch.ops.aten.to:
+        return False
+    device = kwargs.get("device")
+    if device is None and len(args) > 1 and isinstance(args[1], (torch.device, str)):
+        device = args[1]                                     # aten.to.device(self, device, dtype, ...)
+    if device is None or torch.device(device).type == "cpu":
+        return False
+    return any(type(a) is torch.Tensor for a in args)
+
+
+CUDA_BUILD_DTENSOR = (
+    "phantora: this rank's torch is a CUDA build ({version}), and {op} would copy a host tensor to the simulated "
+    "device for real: the real CUDA allocator is not initialised in a simulated rank. DTensor's random-number "
+    "tracker does this (FSDP2, tensor parallelism). With the copy kept fake such runs went on, but counted DTensor's "
+    "sharding propagation of the optimizer's foreach ops every step (torch 2.11.0+cu130: the tiny model's two-GPU "
+    "FSDP2 step 292.6 ms, against 22.3 ms on torch 2.13's CPU build), so they are refused. Install the CPU build: "
+    "pip install torch==2.13.0 (docs/stubs.md, \"CUDA builds of torch\").")
+
+
+def _no_real_device_copies(dispatch_impl: Any) -> Any:
+    """The fake mode computes an op of real tensors for real ("constant propagation"). `aten._to_copy` to a device
+    is kept out of it (`avoid_device_init`), but an `aten.to` overload that reaches the mode as itself (on torch
+    2.11's CUDA build: DTensor's random-number tracker moving the generator state with `.to(device)`) is run. On a
+    CPU-only torch the copy lands in the stand-in device's host memory; on a CUDA build (the only one this wraps)
+    it would reach the real CUDA allocator, which the stand-in hooks never initialised: refused with a message
+    instead of torch's internal assertion."""
+
+    @functools.wraps(dispatch_impl)
+    def _dispatch_impl(self: FakeTensorMode, func: Any, types: Any, args: tuple, kwargs: dict) -> Any:
+        if _moves_host_tensor_to_device(func, args, kwargs):
+            raise RuntimeError(CUDA_BUILD_DTENSOR.format(version=torch.__version__, op=func))
+        return dispatch_impl(self, func, types, args, kwargs)
+
+    _dispatch_impl.__wrapped_phantora__ = True           # type: ignore[attr-defined]
+    return _dispatch_impl
+
+
+def make_fake_mode(cuda_build: bool = False) -> FakeTensorMode:
+    """The rank's fake mode; `cuda_build`: the rank's torch is a CUDA build (build.TorchInstall.cuda_build)."""
     import torch._subclasses.fake_tensor as fake_tensor
 
     FakeTensorMode.avoid_device_init = property(lambda self: True)   # type: ignore[assignment]
+    if cuda_build and not getattr(FakeTensorMode._dispatch_impl, "__wrapped_phantora__", False):
+        FakeTensorMode._dispatch_impl = _no_real_device_copies(  # type: ignore[method-assign]
+            FakeTensorMode._dispatch_impl)
     # FakeTensor creation would allocate one real element on a CUDA build's GPU ("init_gpu_context"): skip it.
     fake_tensor.init_gpu_context = lambda device: None
     return FakeTensorMode(allow_non_fake_inputs=True)
@@ -683,7 +727,7 @@ def install(ctx) -> None:
     when_imported("torch.multiprocessing.reductions", patch_tensor_receiving)
     when_imported("torch.multiprocessing.reductions", forked_children.patch_sending)
     _mark_cuda_initialized()
-    mode = make_fake_mode()
+    mode = make_fake_mode(bool(ctx.extras.get("cuda_build")))
     ictp = interceptor.Interceptor(ctx)
     mode.__enter__()
     ictp.__enter__()
