@@ -136,6 +136,12 @@ def test_event_query_is_answered_in_virtual_time():
     res = {r["rank"]: r for r in results(proc.stdout)}
     assert (res[0]["first"], res[0]["second"]) == (False, True)
     assert res[1]["second"] is True
+    # polling an event after an 8192^3 bf16 GEMM: the loop's own host time moves the clock, the event completes no
+    # earlier than the GEMM could (989 TFLOP/s is the H100's dense bf16 peak) and within a few polls of its end
+    for r in res.values():
+        assert 0 < r["polls"] < 1_000_000, r
+        assert r["kernel_s"] >= 2 * 8192 ** 3 / 989e12, r
+        assert r["kernel_s"] <= r["spin_s"] <= r["kernel_s"] + 50e-6, r
 
 
 def test_batch_norm_dtype_mixes_fail_where_a_gpu_fails():

@@ -36,3 +36,15 @@ def _submit(kind: OpKind, **fields: Any) -> None:
 def _wait(kind: OpKind, **fields: Any) -> float:
     with _ENTRY:
         return _ctx().runtime.wait(Op(kind, cpu_delta=METER.claim(), **fields))
+
+
+def _event_done(event_id: int) -> bool:
+    """Whether an event has completed by the rank's virtual time now. The framework's host time so far is charged
+    first, so a loop that polls an event (`while not e.query(): ...`) moves the clock and sees the event complete
+    when the GPU gets there, as on a GPU; the query's own work is the stubs' and is not counted."""
+    with _ENTRY:
+        rt = _ctx().runtime
+        spent = METER.claim()
+        if spent:
+            rt.advance_cpu(spent)
+        return rt.event_done(event_id)

@@ -15,7 +15,7 @@ import torch
 from phantora.engine.ops import OpKind
 
 from .cuda_device import _ctx, _index, current_device, set_device
-from .cuda_ops import _submit, _wait
+from .cuda_ops import _event_done, _submit, _wait
 from .errors import UnsupportedOpError, user_location
 
 CUDA_TYPE = 1      # c10::DeviceType::CUDA
@@ -198,7 +198,7 @@ class Event:
     def query(self) -> bool:
         if not self.recorded:
             return True
-        return _ctx().runtime.event_done(self.id)
+        return _event_done(self.id)
 
     def synchronize(self) -> None:
         if self.recorded:

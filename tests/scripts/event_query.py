@@ -1,6 +1,8 @@
 """For tests/test_live_run.py: `Event.query()` answered in virtual time. Rank 1 joins an all_reduce 1 s (virtual) late,
 and late in wall time too (a real spin that costs no virtual time); rank 0 queries an event recorded after the
-all_reduce right away (not complete: its peer joins at 1 s), then after sleeping 2 s (complete)."""
+all_reduce right away (not complete: its peer joins at 1 s), then after sleeping 2 s (complete). Then each rank
+polls an event recorded after a GEMM (`while not e.query()`, as a benchmark waits without synchronising): the loop
+must end, when the GPU has finished the GEMM."""
 import json
 import os
 
@@ -23,5 +25,18 @@ first = done.query()
 import time  # noqa: E402
 time.sleep(2.0)
 second = done.query()
-print("RESULT " + json.dumps({"rank": rank, "first": first, "second": second}), flush=True)
+a = torch.empty(8192, 8192, device="cuda", dtype=torch.bfloat16)
+torch.cuda.synchronize()
+start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+t0 = time.perf_counter()
+start.record()
+a @ a
+end.record()
+polls = 0
+while not end.query() and polls < 1_000_000:
+    polls += 1
+spin_s = time.perf_counter() - t0
+kernel_s = start.elapsed_time(end) / 1e3
+print("RESULT " + json.dumps({"rank": rank, "first": first, "second": second, "polls": polls, "spin_s": spin_s,
+                              "kernel_s": kernel_s}), flush=True)
 dist.destroy_process_group()
