@@ -480,7 +480,7 @@ def test_reading_data_runs_no_counted_python(tmp_path):
 def test_known_values_follow_views_and_collectives_as_on_a_gpu():
     """A collective into a view writes its base; an in-place gather keeps every member's row; a view overwritten
     with data of unknown value leaves its base unknown, not stale; f"{loss:.2f}" formats a 0-d tensor; isfinite of an
-    unknown value agrees with isnan (no inf or NaN assumed); a tensor prints as torch prints one on a GPU; bf16 values travel through an all-reduce; reduce gives
+    unknown value agrees with isnan (no inf or NaN assumed), on a small or a large tensor; a tensor prints as torch prints one on a GPU; bf16 values travel through an all-reduce; reduce gives
     the root the sum and leaves the others' tensors; reduce-scatter gives each member its chunk of the sum; a known
     all-True operand decides a boolean or (Hugging Face's generate() stops at its max length)."""
     proc = phantora_run("--gpus-per-node", "2", "--no-trace", "--", "python", str(SCRIPTS / "value_views.py"))
@@ -494,6 +494,9 @@ def test_known_values_follow_views_and_collectives_as_on_a_gpu():
         assert r["overwritten"][:2] != [3.0, 3.0]                # not the value the elements had before the copy
         assert r["fmt_known"] == "1.500" and float(r["fmt_unknown"]) >= 0.0
         assert r["isfinite"] is True and r["isfinite_method"] is True and r["isnan"] is False
+        # a gradient check on a tensor of 2^20 elements agrees with isnan too, whichever way it is written
+        assert (r["grad_finite_all"], r["grad_nonfinite_any"], r["grad_finite_rows"], r["grad_nan_any"]) == \
+            (True, False, True, False)
         assert r["bf16_all_reduce"] == [2.0] * 4                    # numpy has no bf16: carried as float32
         assert r["reduce_scattered"] == [2.0 * x for x in range(4 * r["rank"], 4 * r["rank"] + 4)]
         assert r["stop"] is True                                  # generate() stops at its max length

@@ -340,9 +340,12 @@ def _install_isfinite() -> None:
 
     def assume_finite(x, out):
         if isinstance(out, FakeTensor) and isinstance(x, FakeTensor) and not VALUES.has_value(x) \
-                and small_buffer(out) and out.device.type != "meta":
-            with unset_fake_temporarily():
-                VALUES.set(out, torch.ones(tuple(out.shape), dtype=torch.bool))
+                and out.device.type != "meta":
+            if small_buffer(out):
+                with unset_fake_temporarily():
+                    VALUES.set(out, torch.ones(tuple(out.shape), dtype=torch.bool))
+            else:               # too large for the table: all True, so `isfinite(grad).all()` reads True
+                VALUES.set_uniform(out, True)
         return out
 
     def isfinite(input):

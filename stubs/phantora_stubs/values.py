@@ -13,6 +13,8 @@ An op that writes into a tensor with a known value from inputs without one forge
 `.item()`, `.tolist()`, `.numpy()`, `bool(t)`, `torch.equal` answer from the table; without a known value they answer
 placeholders: 0 for integer dtypes, 0.0 for floating point, False for bool (True for `torch.isfinite`, fake.py), 0j for complex (so
 NaN/inf checks pass and GradScaler never skips a step); `torch.equal` answers True. docs/stubs.md lists the rules.
+`torch.isfinite` of a tensor too large for the table is kept as one value everywhere (`uniform`), which boolean
+element-wise ops, copies, views and `all` / `any` carry on, so a check of a large gradient reads as a small one's.
 
 Views share their known values' storage as the fake tensors share theirs: a write through a view (an op, a
 collective) is seen by its base and the other views, and a view written with unknown data makes them unknown too.
@@ -89,6 +91,11 @@ _UNINITIALIZED = {"empty", "empty_like", "empty_strided", "new_empty", "new_empt
 _ABSORBING = {"bitwise_or": True, "bitwise_or_": True, "logical_or": True, "logical_or_": True, "__or__": True,
               "__ior__": True, "bitwise_and": False, "bitwise_and_": False, "logical_and": False,
               "logical_and_": False, "__and__": False, "__iand__": False}
+# Ops whose result on a tensor that holds one value everywhere (too large for the table: a `torch.isfinite` of a
+# gradient, fake.py) is the result on one element of it: element-wise boolean ops, copies, views, all / any / amax.
+_UNIFORM = {"all", "any", "logical_not", "bitwise_not", "logical_and", "logical_or", "bitwise_and", "bitwise_or",
+            "__and__", "__or__", "__invert__", "_to_copy", "clone", "detach", "alias", "view", "_unsafe_view",
+            "expand", "amax", "amin", "lift_fresh"}
 # Ops that write a "found inf/NaN" flag: under the no-inf assumption the flag keeps its (known) value.
 # packet name -> schema position of the flag argument
 _ASSUME_FINITE = {"_amp_foreach_non_finite_check_and_unscale_": 1, "_amp_foreach_non_finite_check_and_unscale": 1}
@@ -125,6 +132,8 @@ class ValueTable:
         self.computed = 0
         self._viewed: set[int] = set()
         """Storages of known values that a view shares (their data pointers): dropping one of them drops all."""
+        self.uniform: WeakIdKeyDictionary = WeakIdKeyDictionary()
+        """Tensors too large for the table known to hold one value everywhere (a Python scalar)."""
 
     def _note(self, real: torch.Tensor) -> None:
         ptr = real.untyped_storage().data_ptr()
@@ -167,9 +176,14 @@ class ValueTable:
                 pass
         self.set(fake, real.clone())
 
+    def set_uniform(self, fake: torch.Tensor, value: Any) -> None:
+        """`fake` holds `value` in every element (for tensors too large for the table)."""
+        self.uniform[fake] = value
+
     def drop(self, fake: Any) -> None:
         if not isinstance(fake, FakeTensor):
             return
+        self.uniform.pop(fake, None)
         v = self.table.pop(fake, None)
         if v is None or not self._viewed:
             return
@@ -179,6 +193,11 @@ class ValueTable:
                 self.table.pop(k, None)
 
     def swap(self, a: torch.Tensor, b: torch.Tensor) -> None:
+        ua, ub = self.uniform.pop(a, None), self.uniform.pop(b, None)
+        if ub is not None:
+            self.uniform[a] = ub
+        if ua is not None:
+            self.uniform[b] = ua
         va, vb = self.table.pop(a, None), self.table.pop(b, None)
         if vb is not None:
             self.table[a] = vb
@@ -242,6 +261,8 @@ class ValueTable:
                     with unset_fake_temporarily():
                         self.table[o] = torch.zeros(tuple(o.shape), dtype=o.dtype, device="cpu")
             return
+        if self.uniform and packet in _UNIFORM and self._uniform_result(func, args, kwargs, out):
+            return
         outs = [o for o in pytree.tree_leaves(out) if isinstance(o, torch.Tensor)]
         if not all(small_enough(o) for o in outs):
             self.forget_mutated(func, args, kwargs)
@@ -277,6 +298,56 @@ class ValueTable:
             for f, r in zip(pytree.tree_leaves(m), pytree.tree_leaves(rm)):
                 if isinstance(f, FakeTensor) and isinstance(r, torch.Tensor) and tuple(f.shape) == tuple(r.shape):
                     self.table[f] = r
+
+    def _uniform_result(self, func: Any, args: tuple, kwargs: dict, out: Any) -> bool:
+        """An op of `_UNIFORM` with an operand known to hold one value everywhere (and the others so, or known 0-d
+        values): computed on one element of each, its result holds that value everywhere. False: not such a case."""
+        leaves, spec = pytree.tree_flatten((args, kwargs))
+        reps = []
+        uniform = False
+        for x in leaves:
+            if isinstance(x, FakeTensor):
+                v = self.uniform.get(x)
+                if v is not None:
+                    uniform = True
+                    with unset_fake_temporarily():
+                        x = torch.full([1] * x.dim(), v, dtype=x.dtype)
+                else:
+                    known = self.table.get(x)
+                    if known is None or known.dim() != 0:
+                        return False
+                    x = known
+            elif isinstance(x, torch.Tensor):
+                return False
+            elif isinstance(x, torch.device) and x.type != "cpu":
+                x = torch.device("cpu")
+            elif isinstance(x, (list, tuple)) and func.overloadpacket.__name__ in ("view", "_unsafe_view", "expand"):
+                x = [1] * len(x)           # the target shape, on one element
+            reps.append(x)
+        if not uniform:
+            return False
+        a, k = pytree.tree_unflatten(reps, spec)
+        if k.get("device") is not None:
+            k["device"] = torch.device("cpu")
+        try:
+            with unset_fake_temporarily():
+                real = func(*a, **k)
+        except Exception:  # noqa: BLE001 - not computable on one element: the ordinary rule applies
+            return False
+        fakes, reals = pytree.tree_leaves(out), pytree.tree_leaves(real)
+        if len(fakes) != len(reals):
+            return False
+        for f, r in zip(fakes, reals):
+            if not isinstance(f, FakeTensor) or not isinstance(r, torch.Tensor) or r.numel() != 1:
+                return False
+        for f, r in zip(fakes, reals):
+            with unset_fake_temporarily():
+                value = r.reshape(()).item()
+                if small_enough(f):
+                    self.table[f] = torch.full(tuple(f.shape), value, dtype=f.dtype)
+                else:
+                    self.uniform[f] = value
+        return True
 
     def _overwritten(self, args: tuple) -> bool:
         """`dst.copy_(src)` with `src` known and `dst` not: every element of `dst` is overwritten, so it is known

@@ -48,7 +48,11 @@ scatter_out = torch.full((2,), -1.0, device="cuda")    # the root's own chunk la
 dist.scatter(scatter_out, [torch.full((2,), 10.0 * i + 5, device="cuda") for i in range(w)] if r == 0 else None, src=0)
 gather_out = [torch.full((2,), -1.0, device="cuda") for _ in range(w)] if r == 0 else None
 dist.gather(src, gather_out, dst=0)
-out = {"rank": r, "into_view": into_view.tolist(), "in_place": in_place.tolist(), "list_views": buffer.tolist(),
+grad = torch.randn(1 << 20, device="cuda")          # too large for the value table: isfinite's result is all True
+finite = torch.isfinite(grad)
+out = {"rank": r, "grad_finite_all": bool(finite.all()), "grad_nonfinite_any": bool((~finite).any()),
+       "grad_finite_rows": bool(torch.isfinite(grad.view(1024, 1024)).all(dim=1).all()),
+       "grad_nan_any": bool(torch.isnan(grad).any()), "into_view": into_view.tolist(), "in_place": in_place.tolist(), "list_views": buffer.tolist(),
        "overwritten": overwritten.tolist(), "fmt_known": f"{torch.tensor(1.5, device='cuda'):.3f}",
        "fmt_unknown": f"{loss:.2f}", "isfinite": bool(torch.isfinite(loss)), "isfinite_method": loss.isfinite().item(),
        "isnan": bool(torch.isnan(loss)), "bf16_all_reduce": bf16.tolist(), "reduced": reduced.tolist(),
