@@ -635,3 +635,18 @@ def test_datasets_of_the_rank_s_tensors_and_shuffled_samplers_give_the_batches_p
         assert "Cannot re-initialize CUDA in forked subprocess" in got[rank].pop("cuda")
         assert got[rank] == want
     assert got[0]["sampled"] != got[1]["sampled"]          # the ranks read different samples
+
+
+@pytest.mark.parametrize("mode", ["ahead", "sync"])
+def test_kernel_flops_per_iteration_whether_or_not_the_host_runs_ahead(tmp_path, mode):
+    """The summary's kernel FLOPs per iteration are the GEMMs' 22 x 2 x 8192^3 (the element-wise kernels add under
+    0.1%) whether the host waits for the GPU each iteration or issues iterations ahead of it (they were counted by
+    when the host issued them, and read 0 when it ran ahead), and the kernel rate stays under the H100's peak."""
+    js = tmp_path / "s.json"
+    proc = phantora_run("--gpus-per-node", "1", "--trace", str(tmp_path / "t.h5"), "--summary-json", str(js), "--",
+                        "python", str(SCRIPTS / "host_ahead.py"), mode)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    s = json.loads(js.read_text())
+    gemms = 22 * 2 * 8192 ** 3
+    assert gemms <= s["flops_per_iteration"] <= gemms * 1.001, s["flops_per_iteration"]
+    assert s["flops_per_iteration"] / s["iteration_s"] < 989e12

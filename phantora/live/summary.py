@@ -23,9 +23,7 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import numpy as np
 
-from ..engine.ops import OpKind
 from .. import throughput
 from ..throughput import iteration_times
 from ..routing import describe as describe_routing, skewed
@@ -233,7 +231,7 @@ def summarize_run(engine, trace_path: str | None, *, tokens_per_iteration: float
 def _from_trace(s: RunSummary, path: str) -> None:
     from ..errors import PhantoraError
     from ..trace.reader import TraceReader
-    from ..trace.summary import idle_shares, per_iteration
+    from ..trace.summary import flops_in, idle_shares, per_iteration
 
     try:
         reader = TraceReader(path)
@@ -250,9 +248,7 @@ def _from_trace(s: RunSummary, path: str) -> None:
                 continue
             lo, hi = float(marks[0]), float(marks[-1])
             n = len(marks) - 1
-            window = ops[(ops["issue"] >= lo) & (ops["issue"] < hi)]
-            kern = window[window["kind"] == int(OpKind.KERNEL)]
-            flops.append(float(np.sum(kern["flops"])) / n)
+            flops.append(flops_in(ops, (lo, hi)) / n)
             part = per_iteration(ops, marks)      # the meaning `phantora inspect` and replay give these figures
             mine = idle_shares(ops, marks)
             if mine:

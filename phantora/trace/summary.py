@@ -93,6 +93,21 @@ def busy_times(ops: np.ndarray, window: tuple[float, float] | None = None) -> di
             "gpu_idle": max(0.0, span - union_length(start[gpu], end[gpu]))}
 
 
+def flops_in(ops: np.ndarray, window: tuple[float, float]) -> float:
+    """FLOPs the rank's kernels did on the GPU between `window[0]` and `window[1]`: each kernel's FLOPs times the
+    share of its GPU time inside the window (one of no duration counts where it starts). By GPU time, not by when
+    the host issued the kernels: a host that runs iterations ahead has issued them before the window opens."""
+    k = ops[ops["kind"] == int(OpKind.KERNEL)]
+    if not len(k):
+        return 0.0
+    lo, hi = window
+    start, end = k["start"].astype(np.float64), k["end"].astype(np.float64)
+    length = end - start
+    inside = np.clip(np.minimum(end, hi) - np.maximum(start, lo), 0.0, None)
+    share = np.where(length > 0, inside / np.where(length > 0, length, 1.0), (start >= lo) & (start < hi))
+    return float(np.sum(k["flops"].astype(np.float64) * share))
+
+
 def idle_shares(ops: np.ndarray, iterations) -> list[float]:
     """For each iteration between consecutive marks (of positive length), the share of it during which the rank's
     GPU runs nothing (no kernel, copy, collective, send or receive)."""
