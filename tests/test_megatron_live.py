@@ -296,3 +296,24 @@ def test_mixture_of_experts_all_gather_dispatcher_routes_the_gathered_tokens(tmp
             expert_gemms = [o for o in sel if names[o["name"]] in ("aten.mm.default", "aten.mm.out")
                             and rows_per_expert in json.loads(sigs[o["sig"]])[1][0][:2]]
             assert len(expert_gemms) == layers * 2 * (experts // 2) * 3, (r, len(expert_gemms))
+
+
+@pytest.mark.parametrize("order, ok", [("tp-cp-ep-dp-pp", True), ("tp-pp-dp", False)])
+def test_ranks_auto_refuses_pipeline_stages_laid_out_otherwise(tmp_path, order, ok):
+    """`--ranks auto` runs the first rank of each block of W/P ranks as that pipeline stage. Megatron's default order
+    puts the pipeline dimension outermost and runs; "tp-pp-dp" puts stage 1 on ranks 2-3 and 6-7, where the plan
+    would have rank 4 (a stage-0 rank there) stand for stage 1 and rank 0 answer its own stage-1 peer's messages:
+    a step without its last stage. That run stops and says why."""
+    env = dict(os.environ)
+    env.pop("PYTHONPATH", None)
+    proc = subprocess.run([sys.executable, "-m", "phantora.cli", "run", "--gpus-per-node", "8", "--ranks", "auto",
+                           "--pp-degree", "2", "--no-trace", "--", "python",
+                           str(ROOT / "tests" / "scripts" / "megatron_order.py"), "--order", order],
+                          capture_output=True, text=True, timeout=900, cwd=str(tmp_path), env=env)
+    if ok:
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        stages = sorted(line.split()[-2:] for line in proc.stdout.splitlines() if "STAGE" in line)
+        assert stages == [["0", "0"], ["4", "1"]]
+    else:
+        assert proc.returncode != 0
+        assert "rank 4 is stage 0 of the program's pipeline" in proc.stderr and "--ranks all" in proc.stderr

@@ -499,3 +499,25 @@ else:
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert "CUDA build" in out.stdout and "pip install torch==2.13.0" in out.stdout and "docs/stubs.md" in out.stdout
+
+
+def test_pipeline_layout_check_against_the_auto_plan(monkeypatch):
+    """`--ranks auto` with P stages runs rank s*W/P as stage s; a program that says otherwise (another stage, another
+    number of stages) is stopped; plans other than auto are not checked."""
+    from phantora_stubs import pipeline_layout as pl
+    from phantora_stubs.errors import UnsupportedOpError
+
+    monkeypatch.setenv("PHANTORA_WORLD_SIZE", "8")
+    monkeypatch.setenv("PHANTORA_RANKS_PLAN", "auto:2")
+    monkeypatch.setenv("PHANTORA_RANK", "4")
+    pl.check(1, 2, "here")                                   # rank 4 of 8 with 2 stages: stage 1
+    with pytest.raises(UnsupportedOpError, match="rank 4 is stage 0"):
+        pl.check(0, 2, "here")
+    with pytest.raises(UnsupportedOpError, match="runs 4 pipeline stage"):
+        pl.check(2, 4, "here")
+    monkeypatch.setenv("PHANTORA_RANKS_PLAN", "all")
+    pl.check(0, 2, "here")
+    monkeypatch.setenv("PHANTORA_RANKS_PLAN", "auto:1")
+    monkeypatch.setenv("PHANTORA_RANK", "0")
+    with pytest.raises(UnsupportedOpError, match="pass --pp-degree 2"):
+        pl.check(0, 2, "here")

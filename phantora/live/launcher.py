@@ -214,6 +214,8 @@ def rank_environment(opts: RunOptions, server: EngineServer, rank: int, port: in
         "PYTHONPATH": os.pathsep.join(path),
         "PYTHONUNBUFFERED": "1",
         "PHANTORA_RANK": str(rank), "PHANTORA_WORLD_SIZE": str(spec.world_size),
+        # what `--ranks auto` assumed of the pipeline stages, checked where the program tells (pipeline_layout.py)
+        "PHANTORA_RANKS_PLAN": f"auto:{opts.plan.pp_degree}" if opts.plan.mode == "auto" else opts.plan.mode,
         "PHANTORA_LOCAL_RANK": str(rank % gpn), "PHANTORA_LOCAL_DEVICES": str(gpn),
         "PHANTORA_GPU": spec.gpu, "PHANTORA_VRAM_BYTES": str(spec.vram_bytes()),
         "PHANTORA_RUNTIME": server.address, wire.AUTHKEY_ENV: server.authkey.hex(),
