@@ -79,8 +79,15 @@ def net_bench(cluster, nodes, gpus_per_node, ops, min_bytes, max_bytes, step_fac
     progress = RowProgress(len(size_list) * len(op_list), ranks=spec.world_size)   # stderr, for long work only
     out = []
     for op in op_list:
-        rows = bench(spec, op, size_list, network=network, progress=lambda done, total, op=op: progress.row(op),
-                     skew=skew)
+        try:
+            rows = bench(spec, op, size_list, network=network, progress=lambda done, total, op=op: progress.row(op),
+                         skew=skew)
+        except ValueError as exc:
+            if not (algo or proto):
+                raise
+            forced = " ".join(f"--{k} {v}" for k, v in (("algo", algo), ("proto", proto)) if v)
+            raise PhantoraError(f"{forced}: NCCL has no such algorithm or protocol for {op} on this cluster (tree is "
+                                f"all_reduce's alone; LL128 only where the hardware enables it): {exc}") from None
         if as_json:
             out += rows_as_dicts(rows)
         else:

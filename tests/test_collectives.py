@@ -126,3 +126,16 @@ def test_concurrent_collectives_on_disjoint_groups_do_not_interfere_but_shared_l
     done2 = dict(net2.sim.run())
     bw_part = alone - a.latency_s
     assert done2[1] == pytest.approx(2 * bw_part + a.latency_s, rel=0.02)
+
+
+def test_a_forced_algorithm_applies_where_nccl_has_it():
+    """`--algo tree` (NCCL_ALGO=Tree): NCCL's tree is an all-reduce algorithm; the other collectives of the run keep
+    NCCL's choice (a run that all-gathers failed on every collective), and a two-rank all-reduce, which NCCL's own
+    choice leaves to ring, takes tree when forced. Tree's time is then NCCL's tree model: not that of ring."""
+    net = Network(load_cluster("h100-hgx", nodes=2, gpus_per_node=1))
+    ranks = (0, 1)
+    _, ag = net.time_alone("all_gather", ranks, 4 << 20, algo="tree")
+    assert ag.algo == "ring"
+    t_tree, ar = net.time_alone("all_reduce", ranks, 64 << 20, algo="tree")
+    t_ring, ring = net.time_alone("all_reduce", ranks, 64 << 20, algo="ring")
+    assert (ar.algo, ring.algo) == ("tree", "ring") and t_tree != t_ring

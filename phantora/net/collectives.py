@@ -221,15 +221,16 @@ class CollectivePlanner:
         n_nodes = len({self.topo.node_of(r) for r in ranks})
         return nccl.CommShape(len(ranks), n_nodes, self.intra_hw, self.arch, self.channels, self.ll128)
 
-    def candidates(self, op: str, ranks: tuple[int, ...], size: int, root: int = 0):
-        """Yield (predicted seconds, algo, proto, efficiency, latency seconds) for every enabled pair."""
+    def candidates(self, op: str, ranks: tuple[int, ...], size: int, root: int = 0, forced: str | None = None):
+        """Yield (predicted seconds, algo, proto, efficiency, latency seconds) for every enabled pair (`forced`: an
+        algorithm the user asked for, which NCCL's own choice of ring on two ranks does not rule out)."""
         n = len(ranks)
         comm = self.comm_shape(ranks)
         coll = "all_reduce" if op == "barrier" else op
         for algo in self.algos:
             if algo == "tree" and coll != "all_reduce":
                 continue
-            if algo == "tree" and "ring" in self.algos and n <= 2:
+            if algo == "tree" and "ring" in self.algos and n <= 2 and forced != "tree":
                 continue
             raw = self.raw_algbw(coll, algo, ranks, root)
             raw_busbw = raw * busbw_factor(coll, n) / 1e9
@@ -263,8 +264,12 @@ class CollectivePlanner:
         if n == 1:
             return Plan(op, "none", "none", size, 0.0, *(np.zeros(0, dtype=np.int64),) * 2, np.zeros(0),
                         np.zeros(0, dtype=np.int64), 0.0)
-        options = [c for c in self.candidates(op, ranks, size, root)
-                   if (algo is None or c[1] == algo) and (proto is None or c[2] == proto)]
+        every = list(self.candidates(op, ranks, size, root, forced=algo))
+        # a forced algorithm or protocol applies where the collective has it (tree: all-reduce alone; LL128 where
+        # the hardware enables it), as NCCL_ALGO / NCCL_PROTO given per collective; elsewhere NCCL's own choice
+        options = [c for c in every if (algo is None or c[1] == algo) and (proto is None or c[2] == proto)] \
+            or [c for c in every if algo is None or c[1] == algo] \
+            or [c for c in every if proto is None or c[2] == proto] or every
         if not options:
             raise ValueError(f"no enabled algorithm/protocol for {op} (algo={algo}, proto={proto})")
         pred, a, p, eff, lat = min(options, key=lambda c: c[0])
