@@ -69,10 +69,8 @@ def patch_megatron(parallel_state: Any) -> None:
     parallel_state.initialize_model_parallel = initialize_model_parallel
 
 
-def patch_torch_pipelining(stage_module: Any) -> None:
-    """A stage of torch.distributed.pipelining is built with its process group: the rank's place in it is its
-    stage (for looped schedules, of several stage indices)."""
-    cls = getattr(stage_module, "_PipelineStageBase", None)
+def _check_after_init(cls: Any, where: str, stage_of: Any) -> None:
+    """Wrap `cls.__init__`: once built, an object tells its (stage, stages) by `stage_of(obj)` (None: not known)."""
     init = getattr(cls, "__init__", None) if cls is not None else None
     if init is None or getattr(init, "__phantora__", False):
         return
@@ -80,27 +78,22 @@ def patch_torch_pipelining(stage_module: Any) -> None:
     @functools.wraps(init)
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         init(self, *args, **kwargs)
-        size, rank = getattr(self, "group_size", None), getattr(self, "group_rank", None)
-        if isinstance(size, int) and isinstance(rank, int):
-            check(rank, size, "torch.distributed.pipelining stage")
+        stage, stages = stage_of(self)
+        if isinstance(stage, int) and isinstance(stages, int):
+            check(stage, stages, where)
 
     __init__.__phantora__ = True   # type: ignore[attr-defined]
     cls.__init__ = __init__
+
+
+def patch_torch_pipelining(stage_module: Any) -> None:
+    """A stage of torch.distributed.pipelining is built with its process group: the rank's place in it is its
+    stage (for looped schedules, of several stage indices)."""
+    _check_after_init(getattr(stage_module, "_PipelineStageBase", None), "torch.distributed.pipelining stage",
+                      lambda st: (getattr(st, "group_rank", None), getattr(st, "group_size", None)))
 
 
 def patch_deepspeed(pipe_module: Any) -> None:
     """DeepSpeed's PipelineModule knows its stage once built (`num_stages` given in code or by a topology)."""
-    cls = getattr(pipe_module, "PipelineModule", None)
-    init = getattr(cls, "__init__", None) if cls is not None else None
-    if init is None or getattr(init, "__phantora__", False):
-        return
-
-    @functools.wraps(init)
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        init(self, *args, **kwargs)
-        stage, stages = getattr(self, "stage_id", None), getattr(self, "num_stages", None)
-        if isinstance(stage, int) and isinstance(stages, int):
-            check(stage, stages, "deepspeed.pipe.PipelineModule")
-
-    __init__.__phantora__ = True   # type: ignore[attr-defined]
-    cls.__init__ = __init__
+    _check_after_init(getattr(pipe_module, "PipelineModule", None), "deepspeed.pipe.PipelineModule",
+                      lambda m: (getattr(m, "stage_id", None), getattr(m, "num_stages", None)))
