@@ -20,7 +20,9 @@ The compilation is not the framework's host work as counted elsewhere (its Pytho
 real compilation also generates and compiles Triton code in worker processes): a process's first compilation charges
 `COMPILE_FIRST_S` of host time, measured on GPU hosts, and none of its counted work; so does every other compilation
 before the first iteration ends (they are part of the first step the measurement timed). A compilation after that (a
-recompilation when a guard fails, a frame first reached later) charges `COMPILE_LATER_S`.
+recompilation when a guard fails, a frame first reached later) charges `COMPILE_LATER_S`. A frame that gives
+Inductor no graph (Megatron's `@jit_fuser` on a function with nothing to compute, a region with no ops) generates no
+code and charges neither; Dynamo's own tracing of it is not modelled.
 """
 
 from __future__ import annotations
@@ -408,13 +410,16 @@ def _wrap_compile(original):
         STATS.frames += 1
         if len(args) >= 10 and args[9] is not None:       # cache_entry: this frame was compiled before
             STATS.recompiles += 1
+        graphs = STATS.graphs
         METER.enter(1)
         try:
             with shadow():                                 # tracing on fake tensors is no GPU work
                 return original(code, *args, **kwargs)
         finally:
             METER.exit()
-            if not STATS.charged:
+            if STATS.graphs == graphs:
+                pass                 # no graph for Inductor (a frame with no ops): no code generated, none charged
+            elif not STATS.charged:
                 STATS.charged = True
                 host_work(COMPILE_FIRST_S)
             elif _iterations_done():
