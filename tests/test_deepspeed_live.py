@@ -152,3 +152,17 @@ def test_non_llm_kernel_profile_needs_the_recorded_steps(script):
                            "--steps", "3"], capture_output=True, text=True, timeout=120)
     lines = [x for x in proc.stderr.splitlines() if x.strip()]
     assert proc.returncode == 2 and len(lines) == 1 and "--kernel-profile" in lines[0], proc.stderr[-2000:]
+
+
+@pytest.mark.parametrize("zero, precision", [("0", "fp16"), ("0", "bf16"), ("2", "fp16")])
+def test_optimizer_state_initialization_marks_no_iteration(tmp_path, stub_cache, zero, precision):
+    """DeepSpeed's mixed-precision and ZeRO optimizers step their inner optimizer once while being built, to create
+    its state: on a GPU that is set-up, not a training step. Three engine steps are three iterations (four marks
+    made the first "iteration" run from `deepspeed.initialize` to the end of the first step)."""
+    path, summary = phantora_run(tmp_path, 2, "--zero", zero, "--precision", precision, "--seq", "256", "--steps",
+                                 "3", cache=stub_cache)
+    with TraceReader(path) as t:
+        for r in t.ranks:
+            assert len(t.iterations(r)) == 3, r
+        sim = np.diff(t.iterations(0))
+    assert abs(summary["step_times_s"][-1] - sim[-1]) <= 0.02 * sim[-1]

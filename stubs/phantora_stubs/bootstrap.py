@@ -212,9 +212,7 @@ def install_torch(ctx: context.Context) -> None:
     when_imported("torch.distributed.device_mesh", fake.patch_device_mesh)
     when_imported("torch.nn.attention.flex_attention", fake.patch_flex_attention)
     from . import pipeline_layout          # the program's pipeline stages against `--ranks auto`'s plan
-    when_imported("megatron.core.parallel_state", pipeline_layout.patch_megatron)
     when_imported("torch.distributed.pipelining.stage", pipeline_layout.patch_torch_pipelining)
-    when_imported("deepspeed.runtime.pipe.module", pipeline_layout.patch_deepspeed)
     from . import standins
     standins.install(when_imported)
     when_imported("torch.nn.parallel.distributed", dist_ddp.patch_ddp_module)

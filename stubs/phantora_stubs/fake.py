@@ -595,11 +595,22 @@ def _install_iteration_marks(ctx) -> None:
     def enter(optimizer, args, kwargs) -> None:
         depth[0] += 1
 
+    stepping: set = set()
+
     def mark(optimizer, args, kwargs) -> None:
         depth[0] = max(depth[0] - 1, 0)
-        if depth[0]:
+        if depth[0] or _UNMARKED[0]:
             return
         steps[0] += 1
+        who = None if optimizer is None else id(optimizer)
+        if who not in stepping:
+            stepping.add(who)
+            if len(stepping) == 2:
+                from .errors import note_once
+                note_once("optimizers", "two optimizers step in this program (a GAN's, say): each outermost "
+                          "optimizer step marks an iteration, so the summary's iteration figures are per optimizer "
+                          "step, not per training step; the program's own step times are not affected "
+                          "(docs/live-runs.md)")
         METER.enter()
         try:
             ctx.runtime.submit(Op(OpKind.ITER_MARK, arg=steps[0], cpu_delta=METER.claim()))
@@ -612,6 +623,24 @@ def _install_iteration_marks(ctx) -> None:
 
 
 _ITERATION_STEP: list = []
+_UNMARKED = [0]
+"""Depth of framework set-up calls whose optimizer steps are no iteration (`without_iteration_marks`)."""
+
+
+def without_iteration_marks(fn):
+    """Wrap a framework's set-up that steps its optimizer to create the optimizer's state (DeepSpeed's
+    `initialize_optimizer_states`): its steps mark no iteration."""
+    import functools
+
+    @functools.wraps(fn)
+    def setup(*args, **kwargs):
+        _UNMARKED[0] += 1
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            _UNMARKED[0] -= 1
+    setup._phantora = True
+    return setup
 ITERATIONS = [0]
 """Iteration marks this process has sent so far (outermost optimizer steps)."""
 

@@ -4,9 +4,10 @@
 block: stage s is taken to hold ranks [s·W/P, (s+1)·W/P) (phantora/live/ranks.py). A program whose stages are laid out
 otherwise (Megatron-core's `initialize_model_parallel(order="tp-pp-dp")`, Megatron-LM's `--use-tp-pp-dp-mapping`)
 or that runs another number of stages than P would be simulated with some stages never run and their messages
-answered by mirrors: a wrong step that looks right. So when the program tells its stage (Megatron-core's parallel
-state, torch.distributed.pipelining's stages, DeepSpeed's PipelineModule, whose stage count a script may set in code
-where no argument says it) the rank checks it against the plan and stops with a message otherwise. The launcher passes the plan as `PHANTORA_RANKS_PLAN`: `auto:P`, or `all` / `list` (not checked: every
+answered by mirrors: a wrong step that looks right. So when the program tells its stage the rank checks it against the
+plan and stops with a message otherwise: torch.distributed.pipelining's stages here, Megatron-core's parallel state
+and DeepSpeed's PipelineModule (whose stage count a script may set in code, where no argument says it) in their
+stand-in rooms (standins/megatron.py, standins/deepspeed.py). The launcher passes the plan as `PHANTORA_RANKS_PLAN`: `auto:P`, or `all` / `list` (not checked: every
 rank of `all` runs, and a list is the user's own).
 """
 
@@ -51,25 +52,7 @@ def check(stage: int, stages: int, where: str) -> None:
             f"out otherwise; stages would be left out and their messages answered by mirrors. Run with --ranks all")
 
 
-def patch_megatron(parallel_state: Any) -> None:
-    """After `initialize_model_parallel`, Megatron-core's parallel state knows this rank's stage."""
-    fn = getattr(parallel_state, "initialize_model_parallel", None)
-    if fn is None or getattr(fn, "__phantora__", False):
-        return
-
-    @functools.wraps(fn)
-    def initialize_model_parallel(*args: Any, **kwargs: Any) -> Any:
-        out = fn(*args, **kwargs)
-        check(parallel_state.get_pipeline_model_parallel_rank(),
-              parallel_state.get_pipeline_model_parallel_world_size(),
-              "megatron.core.parallel_state.initialize_model_parallel")
-        return out
-
-    initialize_model_parallel.__phantora__ = True   # type: ignore[attr-defined]
-    parallel_state.initialize_model_parallel = initialize_model_parallel
-
-
-def _check_after_init(cls: Any, where: str, stage_of: Any) -> None:
+def check_after_init(cls: Any, where: str, stage_of: Any) -> None:
     """Wrap `cls.__init__`: once built, an object tells its (stage, stages) by `stage_of(obj)` (None: not known)."""
     init = getattr(cls, "__init__", None) if cls is not None else None
     if init is None or getattr(init, "__phantora__", False):
@@ -89,11 +72,5 @@ def _check_after_init(cls: Any, where: str, stage_of: Any) -> None:
 def patch_torch_pipelining(stage_module: Any) -> None:
     """A stage of torch.distributed.pipelining is built with its process group: the rank's place in it is its
     stage (for looped schedules, of several stage indices)."""
-    _check_after_init(getattr(stage_module, "_PipelineStageBase", None), "torch.distributed.pipelining stage",
+    check_after_init(getattr(stage_module, "_PipelineStageBase", None), "torch.distributed.pipelining stage",
                       lambda st: (getattr(st, "group_rank", None), getattr(st, "group_size", None)))
-
-
-def patch_deepspeed(pipe_module: Any) -> None:
-    """DeepSpeed's PipelineModule knows its stage once built (`num_stages` given in code or by a topology)."""
-    _check_after_init(getattr(pipe_module, "PipelineModule", None), "deepspeed.pipe.PipelineModule",
-                      lambda m: (getattr(m, "stage_id", None), getattr(m, "num_stages", None)))

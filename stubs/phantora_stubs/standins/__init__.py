@@ -6,9 +6,11 @@ installed by an import hook when the framework's module is imported (never impor
 costed like the kernels it stands for: it issues the torch ops that read and write the same tensors, or charges the
 host time of a host loop. `HOOKS` maps a framework module to the function that patches it.
 
-- `deepspeed.py`: DeepSpeed's compiled ops (FusedAdam, FusedLamb, the CPU optimizers of ZeRO-Offload)
-  and its engine's optimizer step as the iteration boundary (docs/deepspeed.md).
-- `megatron.py`: Megatron-core's optimizer step (chained or not) as the iteration boundary.
+- `deepspeed.py`: DeepSpeed's compiled ops (FusedAdam, FusedLamb, the CPU optimizers of ZeRO-Offload),
+  its engine's optimizer step as the iteration boundary (and its optimizers' state initialization as none), its
+  PipelineModule's stage checked against `--ranks auto` (docs/deepspeed.md).
+- `megatron.py`: Megatron-core's optimizer step (chained or not) as the iteration boundary, its parallel state's
+  pipeline stage checked against `--ranks auto`.
 - `kernels.py`: the torch ops that stand for the fused optimizers' multi-tensor kernels, shared by the above.
 
 A package that does not install on a CPU-only machine at all, but is part of the simulated cluster's software, is a
@@ -33,8 +35,14 @@ PACKAGES_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "package
 HOOKS: dict[str, Callable[[Any], None]] = {
     "deepspeed.ops.op_builder.builder": deepspeed.install,
     "deepspeed.runtime.engine": deepspeed.install_engine,
+    "deepspeed.runtime.pipe.module": deepspeed.install_pipe_module,
+    "deepspeed.runtime.fp16.fused_optimizer": deepspeed.install_state_initialization,
+    "deepspeed.runtime.fp16.unfused_optimizer": deepspeed.install_state_initialization,
+    "deepspeed.runtime.zero.stage_1_and_2": deepspeed.install_state_initialization,
+    "deepspeed.runtime.zero.stage3": deepspeed.install_state_initialization,
     "megatron.core.optimizer.optimizer": megatron.install_optimizers,
     "megatron.core.optimizer.layer_wise_optimizer": megatron.install_optimizers,
+    "megatron.core.parallel_state": megatron.install_parallel_state,
 }
 
 

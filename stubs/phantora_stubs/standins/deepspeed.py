@@ -136,6 +136,26 @@ def install_engine(engine_module: Any) -> None:
         engine._take_model_step = iteration_step(engine._take_model_step)
 
 
+def install_pipe_module(pipe_module: Any) -> None:
+    """DeepSpeed's PipelineModule knows its stage once built (`num_stages` given in code or by a topology): checked
+    against what `--ranks auto` assumed (pipeline_layout.py)."""
+    from ..pipeline_layout import check_after_init
+    check_after_init(getattr(pipe_module, "PipelineModule", None), "deepspeed.pipe.PipelineModule",
+                     lambda m: (getattr(m, "stage_id", None), getattr(m, "num_stages", None)))
+
+
+def install_state_initialization(module: Any) -> None:
+    """DeepSpeed's mixed-precision and ZeRO optimizers step the inner optimizer once while they are built
+    (`initialize_optimizer_states`, with zero gradients) to create its state: not a training iteration, so it marks
+    none (it marked one, and the first iteration ran from `deepspeed.initialize` to the end of the first step)."""
+    from ..fake import without_iteration_marks
+    for obj in list(vars(module).values()):
+        if isinstance(obj, type) and obj.__module__ == module.__name__ and "initialize_optimizer_states" in vars(obj):
+            fn = vars(obj)["initialize_optimizer_states"]
+            if callable(fn) and not getattr(fn, "_phantora", False):
+                obj.initialize_optimizer_states = without_iteration_marks(fn)
+
+
 def _subclasses(cls):
     for sub in cls.__subclasses__():
         yield sub
