@@ -142,11 +142,25 @@ def torchrun_options(nodes, gpus_per_node, opts: dict) -> tuple[int | None, int 
     return nodes, gpus_per_node, notes
 
 
+# launchers a user may put after `--` out of habit, and the command that does what they meant
+_LAUNCHERS = {
+    "torchrun": "phantora run --gpus-per-node N [--nodes M] -- python train.py ARGS (torchrun's --nproc-per-node and "
+                "--nnodes are taken before `--`)",
+    "deepspeed": "phantora run --gpus-per-node N --local-rank-arg -- python train.py ARGS (the deepspeed launcher's "
+                 "variables are set; --local-rank-arg passes --local_rank=N)",
+}
+
+
 def _check_program_start(program: list[str]) -> None:
     """An option before the program that is not phantora run's: name its equivalent."""
     if not program:
         raise PhantoraError("no program to run: give it after `--`, e.g. phantora run -- python train.py")
     first = program[0]
+    launcher = os.path.basename(first)
+    if launcher in _LAUNCHERS:
+        raise PhantoraError(f"{launcher} {' '.join(program[1:3])}...: phantora run is itself the launcher (each rank "
+                            f"would start {launcher}'s own processes on this machine); run the script directly: "
+                            f"{_LAUNCHERS[launcher]}")
     if not first.startswith("-") or first == "-m":
         return
     name = first.split("=", 1)[0]
