@@ -4,8 +4,10 @@ Order of sources for a signature that launches a kernel:
 
 1. PROFILE   - this GPU's profile database has the signature;
 2. MEASURED  - live measurement on the local CUDA GPU, when asked for and present (results kept in memory);
-3. PROFILE   - (detail "interpolated") a matmul absent from the profile, interpolated from its nearest measured
-               GEMMs of the same dtype (phantora.costmodel.interpolate);
+3. PROFILE   - (detail "bf16 twin") an fp16 matmul absent from the profile, as the same matmul in bf16 where the
+               GPU's two tensor rates are one (`_bf16_twin`), exact or interpolated; then (detail "interpolated")
+               a matmul absent from the profile, interpolated from its nearest measured GEMMs of the same dtype
+               (phantora.costmodel.interpolate);
 4. CROSS_GPU - another GPU's profile has the signature (or a near GEMM): its duration scaled by the ratio of the two
                GPUs' roofline estimates (for the same silicon at a lower power limit, with compute slowed by
                the clock the limit leaves: costmodel/power.py);
@@ -31,7 +33,7 @@ from ..errors import PhantoraError
 from ..gpus import GPUSpec, load_gpu, same_device
 from .cost import Cost
 from .families import work
-from .interpolate import MatmulInterpolator
+from .interpolate import MatmulInterpolator, gemm_shape
 from .power import compute_slowdown
 from .profiledb import summarize
 from .roofline import EfficiencyTable, RooflineModel
@@ -152,11 +154,19 @@ class CostModel:
             if samples:
                 return Cost(self._on_stream(summarize(samples).median_us * 1e-6, w, self.event_overhead_s), w.flops,
                             w.nbytes, w.family, CostSource.MEASURED)
+        twin = self._bf16_twin(sig)
+        if twin is not None and self.profile_db is not None:
+            rec = self.profile_db.lookup(twin.key())
+            if rec is not None:
+                return Cost(self._on_stream(rec.median_us * 1e-6, w, self.event_overhead_s), w.flops, w.nbytes,
+                            w.family, CostSource.PROFILE, detail="bf16 twin")
         if self._interp is not None:
-            r = self._interp.estimate(sig, self.roofline)
-            if r is not None:
-                return Cost(self._on_stream(r[0], w, self.event_overhead_s), w.flops, w.nbytes, w.family,
-                            CostSource.PROFILE, detail="interpolated")
+            for s, detail in (((twin, "bf16 twin, interpolated"),) if twin is not None else ()) + \
+                    ((sig, "interpolated"),):
+                r = self._interp.estimate(s, self.roofline)
+                if r is not None:
+                    return Cost(self._on_stream(r[0], w, self.event_overhead_s), w.flops, w.nbytes, w.family,
+                                CostSource.PROFILE, detail=detail)
         if self.fallback_db is not None and self.fallback_roofline is not None:
             rec = self.fallback_db.lookup(key)
             other_t, detail = None, ""
@@ -177,6 +187,19 @@ class CostModel:
             return c
         # the roofline's latency is an event time per kernel: each launch sheds the overhead
         return replace(c, duration_s=self._on_stream(c.duration_s, w, self._roofline_overhead_s * w.launches))
+
+    def _bf16_twin(self, sig: Signature) -> Signature | None:
+        """The bf16 signature of an fp16 GEMM, on a GPU whose fp16 and bf16 tensor rates are one (every preset's:
+        A100, H100, H200, B200, RTX 3090 with fp32 accumulation); None otherwise. On an H200, 12 training shapes
+        timed in both dtypes took 0.92 to 1.06 times as long in fp16 as in bf16 (groundtruth/gemm/), so this GPU's
+        own bf16 measurements, dense in every profile, cost an fp16 GEMM better than a sparse fp16 table
+        interpolated far or another GPU's fp16 record scaled across (an H100 run's fp16 GEMMs were 10-25% slow so)."""
+        if "float16" not in sig.dtypes or gemm_shape(sig) is None:
+            return None
+        peaks = self.gpu.peak_tflops
+        if peaks.get("fp16", 0.0) <= 0 or peaks.get("fp16") != peaks.get("bf16"):
+            return None
+        return replace(sig, dtypes=tuple("bfloat16" if d == "float16" else d for d in sig.dtypes))
 
     def _on_stream(self, event_s: float, w, overhead_s: float) -> float:
         """A CUDA-event time of an op as the time it holds a busy stream (module docstring); events around the whole
