@@ -142,6 +142,7 @@ def test_event_query_is_answered_in_virtual_time():
         assert 0 < r["polls"] < 1_000_000, r
         assert r["kernel_s"] >= 2 * 8192 ** 3 / 989e12, r
         assert r["kernel_s"] <= r["spin_s"] <= r["kernel_s"] + 50e-6, r
+        assert "device not ready" in r["early"], r          # elapsed_time before the end event completed
 
 
 def test_batch_norm_dtype_mixes_fail_where_a_gpu_fails():
@@ -650,3 +651,17 @@ def test_kernel_flops_per_iteration_whether_or_not_the_host_runs_ahead(tmp_path,
     gemms = 22 * 2 * 8192 ** 3
     assert gemms <= s["flops_per_iteration"] <= gemms * 1.001, s["flops_per_iteration"]
     assert s["flops_per_iteration"] / s["iteration_s"] < 989e12
+
+
+def test_nvtx_profiling_data_parallel_and_sparse_gradients():
+    """emit_nvtx() runs (a CPU build's C++ profiler refused it); nn.DataParallel over one device runs and over two
+    stops with a message naming DistributedDataParallel (was an AttributeError of torch._C); a sparse embedding's
+    gradient, whose number of elements depends on the data (a fake one stores none: it would cost nothing), stops
+    with a message (the memory tracker stopped on the sparse tensor's storage, with an internal error)."""
+    proc = phantora_run("--gpus-per-node", "2", "--ranks", "0", "--no-trace", "--", "python",
+                        str(SCRIPTS / "surfaces_more.py"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (r,) = results(proc.stdout)
+    assert r["emit_nvtx"] is True and r["dp_one"] == [8, 64]
+    assert r["dp_two"].startswith("UnsupportedOpError") and "DistributedDataParallel" in r["dp_two"]
+    assert r["sparse"].startswith("UnsupportedOpError") and "depends on the data" in r["sparse"]

@@ -29,13 +29,14 @@ from .cuda_memory import (_dump_snapshot, _record_memory_history, _snapshot, cac
                           memory_allocated, memory_reserved, memory_snapshot, memory_stats,
                           memory_stats_as_nested_dict, reset_accumulated_memory_stats, reset_peak_memory_stats,
                           set_per_process_memory_fraction)
-from .cuda_nvtx import mark, nvtx_range, range_end, range_pop, range_push, range_start
+from .cuda_nvtx import install_emit_nvtx, mark, nvtx_range, range_end, range_pop, range_push, range_start
 from .cuda_rng import (all_generators, get_rng_state, get_rng_state_all, initial_seed, manual_seed, manual_seed_all,
                        seed, seed_all, set_rng_state, set_rng_state_all)
 from .cuda_streams import (CUDAGraph, Event, ExternalStream, Stream, StreamContext, _cuda_graph_unsupported,
                            current_stream, default_stream, is_current_stream_capturing, set_stream, stream,
                            synchronize)
 from .cuda_versions import _install_versions
+from .errors import UnsupportedOpError
 
 
 # ---- installation ----------------------------------------------------------------------------------------------------
@@ -118,6 +119,8 @@ def install(ctx) -> None:
     for name, fn in (("range_push", range_push), ("range_pop", range_pop), ("range_start", range_start),
                      ("range_end", range_end), ("mark", mark), ("range", nvtx_range)):
         setattr(cuda.nvtx, name, fn)
+    install_emit_nvtx()
+    _install_single_process_comm()
     cuda._initialized = True
     for name, fn in _c_functions().items():
         setattr(torch._C, name, fn)
@@ -134,3 +137,44 @@ def install(ctx) -> None:
             if ns is not None and hasattr(ns, "get_memory_info"):
                 ns.get_memory_info = mem_get_info
     ctx.extras["cuda_api_installed"] = True
+
+
+def _install_single_process_comm() -> None:
+    """`torch.nn.parallel.comm` (scatter, gather, broadcast and reduce across the GPUs of one process, what
+    `nn.DataParallel` runs on) stops with a message: a rank simulates one GPU, and a CPU-only torch has none of
+    these C functions (`torch._C._scatter`: an AttributeError)."""
+    import torch
+    import torch.nn.parallel.comm as comm
+
+    def one_device(name: str, args: tuple, kwargs: dict):
+        """`nn.DataParallel` over one device scatters its inputs to it and gathers from it (copies, or nothing)."""
+        if name == "scatter":
+            devices = kwargs.get("devices", args[1] if len(args) > 1 else None)
+            if devices is not None and len(devices) == 1:
+                d = devices[0]
+                return (args[0].to(d if isinstance(d, torch.device) else torch.device("cuda", int(d))),)
+        if name == "gather":
+            tensors = args[0] if args else kwargs.get("tensors")
+            if tensors is not None and len(tensors) == 1:
+                dest = kwargs.get("destination", args[2] if len(args) > 2 else None)
+                t = tensors[0]
+                if dest is None or (isinstance(dest, int) and dest == -1):
+                    return t if dest is None else t.cpu()
+                return t.to(dest if isinstance(dest, (torch.device, str)) else torch.device("cuda", int(dest)))
+        return None
+
+    def refuse(name: str):
+        def refused(*args, **kwargs):
+            out = one_device(name, args, kwargs)
+            if out is not None:
+                return out
+            raise UnsupportedOpError(
+                f"torch.nn.parallel.comm.{name}: one process driving several GPUs (nn.DataParallel) is not "
+                "simulated; use DistributedDataParallel with one process per GPU (phantora run --gpus-per-node N)")
+        refused._phantora = True   # type: ignore[attr-defined]
+        return refused
+
+    for name in ("broadcast", "broadcast_coalesced", "reduce_add", "reduce_add_coalesced", "scatter", "gather"):
+        fn = getattr(comm, name, None)
+        if fn is not None and not getattr(fn, "_phantora", False):
+            setattr(comm, name, refuse(name))

@@ -212,6 +212,10 @@ class Event:
         t0, t1 = rt.event_time(self.id), rt.event_time(end_event.id)
         if not self.recorded or not end_event.recorded or t0 is None or t1 is None:
             raise RuntimeError("Both events must be recorded before calculating elapsed time.")
+        if not (_event_done(self.id) and _event_done(end_event.id)):
+            # cudaEventElapsedTime of an event the GPU has not reached: cudaErrorNotReady
+            raise RuntimeError("CUDA error: device not ready (an event of elapsed_time has not completed: "
+                               "synchronize on it first)")
         return (t1 - t0) * 1000.0
 
     def ipc_handle(self):

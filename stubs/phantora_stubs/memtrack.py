@@ -53,6 +53,12 @@ class MemoryTracker:
         for t in tensors:
             if t.device.type != "cuda":
                 continue
+            if t.layout != torch.strided:
+                from .errors import UnsupportedOpError
+                raise UnsupportedOpError(
+                    f"a {t.layout} tensor on the GPU (nn.Embedding(sparse=True)'s gradient, say): how many elements "
+                    "it stores depends on the data, which a simulated rank does not have (its fake tensor stores "
+                    "none, so its memory and kernels would cost nothing); use a dense layout (docs/stubs.md)")
             s = t.untyped_storage()
             key = s._cdata
             n = s.nbytes()

@@ -32,11 +32,16 @@ t0 = time.perf_counter()
 start.record()
 a @ a
 end.record()
+try:
+    start.elapsed_time(end)          # the GEMM is still running: CUDA answers "device not ready"
+    early = "answered"
+except RuntimeError as e:
+    early = str(e)
 polls = 0
 while not end.query() and polls < 1_000_000:
     polls += 1
 spin_s = time.perf_counter() - t0
 kernel_s = start.elapsed_time(end) / 1e3
 print("RESULT " + json.dumps({"rank": rank, "first": first, "second": second, "polls": polls, "spin_s": spin_s,
-                              "kernel_s": kernel_s}), flush=True)
+                              "kernel_s": kernel_s, "early": early}), flush=True)
 dist.destroy_process_group()
