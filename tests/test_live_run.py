@@ -665,3 +665,17 @@ def test_nvtx_profiling_data_parallel_and_sparse_gradients():
     assert r["emit_nvtx"] is True and r["dp_one"] == [8, 64]
     assert r["dp_two"].startswith("UnsupportedOpError") and "DistributedDataParallel" in r["dp_two"]
     assert r["sparse"].startswith("UnsupportedOpError") and "depends on the data" in r["sparse"]
+
+
+@pytest.mark.parametrize("gpu, runs", [("a100-sxm-80gb", False), ("rtx-3090", False), ("h100-sxm-80gb", True)])
+def test_fp8_gemms_need_fp8_tensor_cores(gpu, runs):
+    """torch._scaled_mm runs on sm89+ and raises CUDA's message on an A100 (sm80) or an RTX 3090 (sm86): the GPU
+    presets' compute capabilities, as ATen checks them."""
+    proc = phantora_run("--gpus-per-node", "1", "--gpu", gpu, "--no-trace", "--", "python",
+                        str(SCRIPTS / "fp8_capability.py"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (r,) = results(proc.stdout)
+    if runs:
+        assert r["result"] == "ran"
+    else:
+        assert "compute capability >= 9.0 or 8.9" in r["result"], r

@@ -12,6 +12,8 @@ simulation too, with the GPU's message, instead of running on as something it is
   `generator=torch.Generator(device="cuda")` stops there on a GPU host (its seed is drawn with `random_` of a host
   tensor). The simulation's CUDA generators are CPU generators underneath (cuda_rng.py), and a fake kernel ignores
   its generator, so without this check both ran.
+- FP8 GEMMs (`torch._scaled_mm` and its grouped form) on a GPU without FP8 tensor cores (compute capability below
+  8.9: the A100, the RTX 3090): CUDA raises; they had been costed at the bf16 rate.
 """
 
 from __future__ import annotations
@@ -58,8 +60,24 @@ def generator_device(name: str, gen: Any, args: tuple, kwargs: dict) -> None:
     raise RuntimeError(f"Expected a '{op_type}' device type for generator but found '{gen_type}'")
 
 
+SM_VERSION = [90]
+"""The simulated GPU's compute capability as 10 x major + minor (set by the interceptor from the GPU preset)."""
+
+
+def _scaled_mm(args: tuple, kwargs: dict) -> None:
+    """FP8 GEMMs need FP8 tensor cores: sm89 (Ada) or sm90 and later. ATen's check (native/cuda/Blas.cpp) raises
+    on an A100 or an RTX 3090, where the simulation had costed them at the bf16 rate."""
+    sm = SM_VERSION[0]
+    if sm < 89:
+        raise RuntimeError("torch._scaled_mm is only supported on CUDA devices with compute capability >= 9.0 or "
+                           f"8.9, or ROCm MI300+ (this GPU: {sm // 10}.{sm % 10})")
+
+
 CHECKS: dict[str, Callable[[tuple, dict], None]] = {
     "native_batch_norm_backward": _batch_norm_backward,
+    "_scaled_mm": _scaled_mm,
+    "_scaled_mm_v2": _scaled_mm,
+    "_scaled_grouped_mm": _scaled_mm,
 }
 
 

@@ -224,6 +224,7 @@ class Interceptor(TorchDispatchMode):
         self.coster = ctx.coster
         self.mem = ctx.mem
         self.blas = cuda_blas.Workspaces(ctx.gpu.sm_version)     # the GEMM libraries' workspaces
+        cuda_checks.SM_VERSION[0] = ctx.gpu.sm_version
         self._cats: dict[Any, int] = {}
         self._pending: WeakIdKeyDictionary = WeakIdKeyDictionary()   # functional-collective output -> event
         self._pinned: WeakIdKeyDictionary = WeakIdKeyDictionary()    # tensors made by pin_memory()
