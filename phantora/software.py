@@ -38,4 +38,7 @@ def te_release_problem(text: str) -> str | None:
     if release < TE_FIRST_RELEASE:
         return (f"Transformer Engine {text}: the stand-in follows the API of TE "
                 f"{TE_FIRST_RELEASE[0]}.{TE_FIRST_RELEASE[1]} and later")
+    if release[0] > TE_FIRST_RELEASE[0]:
+        return (f"Transformer Engine {text}: the stand-in follows the API of TE {TE_FIRST_RELEASE[0]}.x, which a "
+                f"release {release[0]}.x need not keep")
     return None

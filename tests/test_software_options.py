@@ -46,7 +46,7 @@ def test_bad_values_name_the_key(torch_cuda, sdpa, key, bad):
     assert f"'{key}'" in str(err.value) and f"'{bad}'" in str(err.value)
 
 
-@pytest.mark.parametrize("release,accepted", [("2.9", True), ("2.1.0", True), ("1.13", False), ("latest", False)])
+@pytest.mark.parametrize("release,accepted", [("2.9", True), ("2.1.0", True), ("1.13", False), ("3.0", False), ("latest", False)])
 def test_transformer_engine_release(release, accepted):
     """`--transformer-engine VERSION`: a TE 2.x release (the stand-in follows TE 2.x's API), else an error naming
     the key and the value."""

@@ -51,7 +51,9 @@ class Topology:
         self._route_cache: dict[tuple[int, int, int], np.ndarray] = {}
         nics = spec.net.nics_per_node if spec.nodes > 1 or spec.net.nics_per_node else 0
         if nics > spec.gpus_per_node:
-            raise PresetError("more NICs than GPUs per node is not modelled", key="net.nics_per_node")
+            raise PresetError(f"{nics} NICs per node and {spec.gpus_per_node} GPUs per node: more NICs than GPUs "
+                              f"per node is not modelled; for nodes of {spec.gpus_per_node} GPUs pass --set "
+                              f"net.nics_per_node={spec.gpus_per_node} (or fewer)", key="net.nics_per_node")
         self.nics_per_node = nics
         self.pods = -(-spec.nodes // spec.net.nodes_per_leaf)
         self._build()
