@@ -287,6 +287,24 @@ def test_mismatch_report_names_where_each_rank_issued_the_collective():
         assert f"it issued all_reduce #1 on group 0 ({nbytes} B) at {FAIL}:{issued} in <module>" in proc.stderr
 
 
+
+def test_mismatch_of_ranks_that_then_finish_is_the_error(tmp_path):
+    """Ranks that issue mismatched collectives asynchronously and run on to the end of their program (exit code 0)
+    before the engine compares them: the report is the mismatch, not "rank 0 exited (code 0) before its program
+    finished" (it had finished)."""
+    script = tmp_path / "mismatch_exit.py"
+    script.write_text("import torch, torch.distributed as dist\n"
+                      "dist.init_process_group('nccl'); r = dist.get_rank(); torch.cuda.set_device(r)\n"
+                      "x = torch.empty(1000 if r == 0 else 2000, device='cuda')\n"
+                      "dist.all_reduce(x)\n"
+                      "print('done', r, flush=True)\n")
+    proc = phantora_run("--gpus-per-node", "2", "--no-trace", "--", "python", str(script))
+    assert proc.returncode == 1
+    failed = [ln for ln in proc.stderr.splitlines() if "the run failed" in ln]
+    assert len(failed) == 1 and "mismatched collectives" in failed[0], proc.stderr[-3000:]
+    assert "before its program finished" not in proc.stderr
+
+
 DUPLICATE = """\
 import os
 if os.environ.get("VISIBLE"):

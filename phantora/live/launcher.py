@@ -392,7 +392,9 @@ def _run_ranks(opts: RunOptions, argv: list[str], sig: _Signals, progress: Calla
         dead = _wait_for_failure(server, procs, 3.0)
         if sig.signum is not None:
             error, interrupted = f"stopped by {signal_text(sig.signum)}", True
-        elif dead is not None:
+        elif dead is not None and (procs[dead].popen.returncode or not error.startswith("mismatched collectives")):
+            # (a rank that ran its program to the end, code 0, had not said so yet when its collectives were found
+            # mismatched: the mismatch is the error, not its exit)
             failed_rank = dead
             code = procs[dead].popen.returncode
             what = f"exited with code {code}{_signal_name(code)}" if code else _early_exit(server.ranks[dead])
