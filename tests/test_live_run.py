@@ -665,6 +665,10 @@ def test_nvtx_profiling_data_parallel_and_sparse_gradients():
     assert r["emit_nvtx"] is True and r["dp_one"] == [8, 64]
     assert r["dp_two"].startswith("UnsupportedOpError") and "DistributedDataParallel" in r["dp_two"]
     assert r["sparse"].startswith("UnsupportedOpError") and "depends on the data" in r["sparse"]
+    # PyTorch's words under a memory fraction: the device's total capacity, then what the fraction allows
+    total = load_cluster("h100-hgx", nodes=1, gpus_per_node=2).vram_bytes()
+    assert f"has a total capacity of {total / 2**30:.2f} GiB" in r["oom"], r["oom"]
+    assert f"{int(total * 0.1) / 2**30:.2f} GiB allowed; Of the allocated memory" in r["oom"], r["oom"]
 
 
 @pytest.mark.parametrize("gpu, runs", [("a100-sxm-80gb", False), ("rtx-3090", False), ("h100-sxm-80gb", True)])

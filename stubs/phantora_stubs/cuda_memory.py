@@ -121,6 +121,7 @@ def set_per_process_memory_fraction(fraction: float, device: Any = None) -> None
     total = ctx.extras.setdefault("vram_total", ctx.runtime.allocator.capacity)
     ctx.runtime.allocator.capacity = max(int(total * fraction), 1)
     ctx.runtime.allocator.fraction_limit = True
+    ctx.runtime.allocator.device_total = total           # what an out-of-memory message calls the total capacity
 
 
 def list_gpu_processes(device: Any = None) -> str:

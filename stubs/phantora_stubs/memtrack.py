@@ -157,10 +157,14 @@ class MemoryTracker:
 
     def _oom_message(self, oom: DeviceOutOfMemory, device_index: int | None) -> str:
         dev = self.dev.device() if device_index is None else device_index
-        free = max(oom.capacity - oom.reserved - oom.outside, 0)
+        # as PyTorch words it: the device's total capacity, and with set_per_process_memory_fraction what is allowed
+        limited = getattr(self.allocator, "fraction_limit", False)
+        total = getattr(self.allocator, "device_total", oom.capacity) if limited else oom.capacity
+        allowed = f"{format_size(oom.capacity)} allowed; " if limited else ""
+        free = max(total - oom.reserved - oom.outside, 0)
         return (f"CUDA out of memory. Tried to allocate {format_size(oom.rounded)}. GPU {dev} has a total capacity of "
-                f"{format_size(oom.capacity)} of which {format_size(free)} is free. Including non-PyTorch memory, "
-                f"this process has {format_size(oom.reserved + oom.outside)} memory in use. Of the allocated memory "
+                f"{format_size(total)} of which {format_size(free)} is free. Including non-PyTorch memory, "
+                f"this process has {format_size(oom.reserved + oom.outside)} memory in use. {allowed}Of the allocated memory "
                 f"{format_size(oom.allocated)} is allocated by PyTorch, and "
                 f"{format_size(max(oom.reserved - oom.allocated, 0))} is reserved by PyTorch but unallocated. "
                 f"(simulated by phantora on a {self.gpu_name}; allocation at {user_location(3)})")

@@ -1,6 +1,7 @@
 """For tests/test_live_run.py: APIs a plain PyTorch script uses that a simulated rank must answer as a GPU machine
 does: `torch.autograd.profiler.emit_nvtx()`, `nn.DataParallel` over one device (and over two, refused with a
-message), and a sparse embedding's gradient (refused with a message: its size depends on the data)."""
+message), a sparse embedding's gradient (refused with a message: its size depends on the data), and an
+out-of-memory error under `set_per_process_memory_fraction`."""
 import json
 
 import torch
@@ -26,4 +27,10 @@ try:
     out["sparse"] = "ran"
 except Exception as e:          # noqa: BLE001
     out["sparse"] = f"{type(e).__name__}: {e}"
+torch.cuda.set_per_process_memory_fraction(0.1)
+try:
+    torch.empty(16 << 30, dtype=torch.uint8, device="cuda")
+    out["oom"] = "none"
+except torch.OutOfMemoryError as e:
+    out["oom"] = str(e)
 print("RESULT " + json.dumps(out), flush=True)
