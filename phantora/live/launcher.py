@@ -200,6 +200,13 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def ranks_plan_env(plan: RankPlan | None) -> str:
+    """`PHANTORA_RANKS_PLAN`: `auto:P` (the pipeline degree `--ranks auto` assumed), else the plan's mode."""
+    if plan is None:
+        return "all"
+    return f"auto:{plan.pp_degree}" if plan.mode == "auto" else plan.mode
+
+
 def rank_environment(opts: RunOptions, server: EngineServer, rank: int, port: int, epoch: float) -> dict[str, str]:
     spec = opts.spec
     gpn = spec.gpus_per_node
@@ -215,7 +222,7 @@ def rank_environment(opts: RunOptions, server: EngineServer, rank: int, port: in
         "PYTHONUNBUFFERED": "1",
         "PHANTORA_RANK": str(rank), "PHANTORA_WORLD_SIZE": str(spec.world_size),
         # what `--ranks auto` assumed of the pipeline stages, checked where the program tells (pipeline_layout.py)
-        "PHANTORA_RANKS_PLAN": f"auto:{opts.plan.pp_degree}" if opts.plan.mode == "auto" else opts.plan.mode,
+        "PHANTORA_RANKS_PLAN": ranks_plan_env(getattr(opts, "plan", None)),
         "PHANTORA_LOCAL_RANK": str(rank % gpn), "PHANTORA_LOCAL_DEVICES": str(gpn),
         "PHANTORA_GPU": spec.gpu, "PHANTORA_VRAM_BYTES": str(spec.vram_bytes()),
         "PHANTORA_RUNTIME": server.address, wire.AUTHKEY_ENV: server.authkey.hex(),
