@@ -86,8 +86,12 @@ def net_bench(cluster, nodes, gpus_per_node, ops, min_bytes, max_bytes, step_fac
             if not (algo or proto):
                 raise
             forced = " ".join(f"--{k} {v}" for k, v in (("algo", algo), ("proto", proto)) if v)
-            raise PhantoraError(f"{forced}: NCCL has no such algorithm or protocol for {op} on this cluster (tree is "
-                                f"all_reduce's alone; LL128 only where the hardware enables it): {exc}") from None
+            why = (f"{forced}: NCCL has no such algorithm or protocol for {op} on this cluster (tree is "
+                   f"all_reduce's alone; LL128 only where the hardware enables it)")
+            if len(op_list) == 1:
+                raise PhantoraError(f"{why}: {exc}") from None
+            click.echo(f"note: {why}; {op} left out", err=True)     # the other collectives of `--op all` go on
+            continue
         if as_json:
             out += rows_as_dicts(rows)
         else:

@@ -188,6 +188,7 @@ def test_torchrun_options_refused_before_anything_starts(tmp_path, args, expect)
     (["-m", "no_such_module_xyz"], "no module named 'no_such_module_xyz'"),
     (["deepspeed", "--num_gpus", "2", "train.py"], "phantora run is itself the launcher"),
     (["/usr/local/bin/torchrun", "--nproc-per-node", "2", "train.py"], "-- python train.py ARGS"),
+    (["python", "-m", "torch.distributed.run", "train.py"], "phantora run is itself the launcher"),
 ])
 def test_missing_program_is_one_line_with_no_trace_and_no_folder(tmp_path, program, expect):
     tmpdir = tmp_path / "tmp"

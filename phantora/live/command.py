@@ -157,8 +157,11 @@ def _check_program_start(program: list[str]) -> None:
         raise PhantoraError("no program to run: give it after `--`, e.g. phantora run -- python train.py")
     first = program[0]
     launcher = os.path.basename(first)
+    if os.path.basename(first).startswith("python") and program[1:3] in (["-m", "torch.distributed.run"],
+                                                                         ["-m", "torch.distributed.launch"]):
+        launcher = "torchrun"
     if launcher in _LAUNCHERS:
-        raise PhantoraError(f"{launcher} {' '.join(program[1:3])}...: phantora run is itself the launcher (each rank "
+        raise PhantoraError(f"{' '.join(program[:3])} ...: phantora run is itself the launcher (each rank "
                             f"would start {launcher}'s own processes on this machine); run the script directly: "
                             f"{_LAUNCHERS[launcher]}")
     if not first.startswith("-") or first == "-m":

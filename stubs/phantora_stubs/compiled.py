@@ -22,7 +22,8 @@ real compilation also generates and compiles Triton code in worker processes): a
 before the first iteration ends (they are part of the first step the measurement timed). A compilation after that (a
 recompilation when a guard fails, a frame first reached later) charges `COMPILE_LATER_S`. A frame that gives
 Inductor no graph (Megatron's `@jit_fuser` on a function with nothing to compute, a region with no ops) generates no
-code and charges neither; Dynamo's own tracing of it is not modelled.
+code and charges neither; Dynamo's own tracing of it is not modelled. A frame whose graph goes to another backend
+(`backend="eager"`, `"aot_eager"`, a user's) is charged as Inductor's, as before: not measured.
 """
 
 from __future__ import annotations
@@ -102,6 +103,7 @@ class _Stats:
     frames = 0           # frames Dynamo compiled (recompilations included)
     recompiles = 0       # compilations of a frame that had been compiled before (a guard failed)
     graphs = 0           # graphs Inductor lowered (a forward and a backward count two)
+    handed = 0           # graphs Dynamo handed to a backend (Inductor or another: "eager", "aot_eager", a user's)
     generated = 0        # generated kernels in those graphs
     extern = 0           # extern kernels (GEMMs, attention, fallbacks, collectives) in them
     charged = False      # the first compilation's host time has been charged
@@ -410,15 +412,15 @@ def _wrap_compile(original):
         STATS.frames += 1
         if len(args) >= 10 and args[9] is not None:       # cache_entry: this frame was compiled before
             STATS.recompiles += 1
-        graphs = STATS.graphs
+        handed = STATS.handed
         METER.enter(1)
         try:
             with shadow():                                 # tracing on fake tensors is no GPU work
                 return original(code, *args, **kwargs)
         finally:
             METER.exit()
-            if STATS.graphs == graphs:
-                pass                 # no graph for Inductor (a frame with no ops): no code generated, none charged
+            if STATS.handed == handed:
+                pass                 # no graph for the backend (a frame with no ops): nothing compiled, none charged
             elif not STATS.charged:
                 STATS.charged = True
                 host_work(COMPILE_FIRST_S)
@@ -619,6 +621,14 @@ def install(original_compile: Any) -> None:
     _extern_flex_lowerings()
     if not hasattr(convert_frame._compile, "__wrapped__"):
         convert_frame._compile = _wrap_compile(convert_frame._compile)
+    import torch._dynamo.output_graph as output_graph
+    call = output_graph.OutputGraph.call_user_compiler
+    if not hasattr(call, "__wrapped__"):
+        @functools.wraps(call)
+        def call_user_compiler(self, *args, **kwargs):
+            STATS.handed += 1        # a frame with ops: its graph goes to the backend (an empty frame's does not)
+            return call(self, *args, **kwargs)
+        output_graph.OutputGraph.call_user_compiler = call_user_compiler
     # Inductor's compilation of a graph, also where AOTAutograd compiles the backward lazily at the first backward
     import torch._inductor.compile_fx as compile_fx
     if not hasattr(compile_fx._compile_fx_inner, "__wrapped__"):

@@ -73,11 +73,19 @@ def _scaled_mm(args: tuple, kwargs: dict) -> None:
                            f"8.9, or ROCm MI300+ (this GPU: {sm // 10}.{sm % 10})")
 
 
+def _scaled_grouped_mm(args: tuple, kwargs: dict) -> None:
+    """The grouped FP8 GEMM (MoE experts) has kernels for sm90 and later only."""
+    sm = SM_VERSION[0]
+    if sm < 90:
+        raise RuntimeError(f"torch._scaled_grouped_mm is only supported on CUDA devices with compute capability 9.0 "
+                           f"or later (this GPU: {sm // 10}.{sm % 10})")
+
+
 CHECKS: dict[str, Callable[[tuple, dict], None]] = {
     "native_batch_norm_backward": _batch_norm_backward,
     "_scaled_mm": _scaled_mm,
     "_scaled_mm_v2": _scaled_mm,
-    "_scaled_grouped_mm": _scaled_mm,
+    "_scaled_grouped_mm": _scaled_grouped_mm,
 }
 
 

@@ -462,7 +462,7 @@ def _install_tensor_readers(ctx) -> None:
 
     def _host_read(t: torch.Tensor) -> None:
         if t.device.type == "cuda" and ctx.interceptor is not None:
-            ctx.interceptor._host_read(t, t.numel() * t.element_size())
+            ctx.interceptor._host_read(t, t.numel() * t.element_size(), whole=True)
 
     def tolist(self):
         if not isinstance(self, FakeTensor):

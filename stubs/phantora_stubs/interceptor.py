@@ -511,21 +511,22 @@ class Interceptor(TorchDispatchMode):
             return 0.0, -1, int(CostSource.NONE)
 
     # -- values the host reads ----------------------------------------------------------------------------------
-    def _host_read(self, t: torch.Tensor, nbytes: int) -> None:
-        """A small blocking device-to-host read (what .item() and friends do on a CUDA tensor), costed as the copy
-        it is: one element as `aten._local_scalar_dense`, more (`tolist`, printing) as a download of the tensor to
-        pageable memory, like `.cpu()` (it cost nothing until 2026-11-29)."""
+    def _host_read(self, t: torch.Tensor, nbytes: int, whole: bool = False) -> None:
+        """A small blocking device-to-host read of `nbytes` for `t` (what .item(), a bool test or a data-dependent
+        op's count does on a CUDA tensor), costed as the copy it is: a scalar read (`aten._local_scalar_dense`), or
+        with `whole` a download of all of `t` to pageable memory, like `.cpu()` (`tolist`, printing). It cost
+        nothing until 2026-11-29."""
         if t.device.type != "cuda":
             return
         aten = torch.ops.aten
-        if nbytes <= t.element_size():
-            func, args, kwargs = aten._local_scalar_dense.default, (t,), {}
-        else:
+        if whole:
             func, args, kwargs = aten._to_copy.default, (t,), {"device": torch.device("cpu")}
+        else:
+            func, args, kwargs = aten._local_scalar_dense.default, (t,), {}     # costed by its dtype alone
         duration, sig, source = self._copy_cost(func, args, kwargs, pageable=True)
-        self.rt.wait(Op(OpKind.MEMCPY, stream=self.dev.stream(t.device.index or 0), name="_local_scalar_dense",
-                        sig=sig, duration=duration, source=source, nbytes=nbytes, arg=int(Memcpy.D2H),
-                        cpu_delta=METER.claim()))
+        self.rt.wait(Op(OpKind.MEMCPY, stream=self.dev.stream(t.device.index or 0),
+                        name=str(func) if whole else "_local_scalar_dense", sig=sig, duration=duration,
+                        source=source, nbytes=nbytes, arg=int(Memcpy.D2H), cpu_delta=METER.claim()))
 
     def _item(self, func, args, kwargs):
         t = args[0]

@@ -93,9 +93,10 @@ _ABSORBING = {"bitwise_or": True, "bitwise_or_": True, "logical_or": True, "logi
               "logical_and_": False, "__and__": False, "__iand__": False}
 # Ops whose result on a tensor that holds one value everywhere (too large for the table: a `torch.isfinite` of a
 # gradient, fake.py) is the result on one element of it: element-wise boolean ops, copies, views, all / any / amax.
+_UNIFORM_SAME = {"clone", "detach", "alias", "view", "_unsafe_view", "reshape", "expand", "lift_fresh", "t",
+                 "transpose", "permute", "squeeze", "unsqueeze", "flatten", "contiguous", "slice", "select"}
 _UNIFORM = {"all", "any", "logical_not", "bitwise_not", "logical_and", "logical_or", "bitwise_and", "bitwise_or",
-            "__and__", "__or__", "__invert__", "_to_copy", "clone", "detach", "alias", "view", "_unsafe_view",
-            "expand", "amax", "amin", "lift_fresh"}
+            "__and__", "__or__", "__invert__", "_to_copy", "amax", "amin"} | _UNIFORM_SAME
 # Ops that write a "found inf/NaN" flag: under the no-inf assumption the flag keeps its (known) value.
 # packet name -> schema position of the flag argument
 _ASSUME_FINITE = {"_amp_foreach_non_finite_check_and_unscale_": 1, "_amp_foreach_non_finite_check_and_unscale": 1}
@@ -147,6 +148,7 @@ class ValueTable:
 
     def set(self, fake: torch.Tensor, real: torch.Tensor, shared: bool = False) -> None:
         """`fake`'s value is `real`; `shared`: another fake tensor holds the same elements (`t.data = new`)."""
+        self.uniform.pop(fake, None)
         self.table[fake] = real
         if shared:
             self._note(real)
@@ -167,6 +169,7 @@ class ValueTable:
     def write(self, fake: torch.Tensor, real: torch.Tensor) -> None:
         """`fake` now holds `real` (a collective's result): written into its known value where it has one, so that
         a base or view sharing it sees the write, as on the GPU; else set."""
+        self._drop_uniform(fake)
         old = self.table.get(fake) if isinstance(fake, FakeTensor) else None
         if old is not None and tuple(old.shape) == tuple(real.shape):
             try:
@@ -180,10 +183,19 @@ class ValueTable:
         """`fake` holds `value` in every element (for tensors too large for the table)."""
         self.uniform[fake] = value
 
+    def _drop_uniform(self, fake: Any) -> None:
+        """`fake` is written: it, and every tensor sharing its storage (a view, a detached alias), no longer holds
+        one known value."""
+        if not self.uniform or not isinstance(fake, FakeTensor):
+            return
+        key = storage_key(fake)
+        for t in [t for t in self.uniform.keys() if t is fake or (key and storage_key(t) == key)]:
+            self.uniform.pop(t, None)
+
     def drop(self, fake: Any) -> None:
         if not isinstance(fake, FakeTensor):
             return
-        self.uniform.pop(fake, None)
+        self._drop_uniform(fake)
         v = self.table.pop(fake, None)
         if v is None or not self._viewed:
             return
@@ -261,8 +273,12 @@ class ValueTable:
                     with unset_fake_temporarily():
                         self.table[o] = torch.zeros(tuple(o.shape), dtype=o.dtype, device="cpu")
             return
-        if self.uniform and packet in _UNIFORM and self._uniform_result(func, args, kwargs, out):
-            return
+        if self.uniform:
+            for m in self._mutated_args(func, args, kwargs):        # written: its aliases lose their one value
+                for t in pytree.tree_leaves(m):
+                    self._drop_uniform(t)
+            if packet in _UNIFORM and self._uniform_result(func, packet, args, kwargs, out):
+                return
         outs = [o for o in pytree.tree_leaves(out) if isinstance(o, torch.Tensor)]
         if not all(small_enough(o) for o in outs):
             self.forget_mutated(func, args, kwargs)
@@ -299,9 +315,18 @@ class ValueTable:
                 if isinstance(f, FakeTensor) and isinstance(r, torch.Tensor) and tuple(f.shape) == tuple(r.shape):
                     self.table[f] = r
 
-    def _uniform_result(self, func: Any, args: tuple, kwargs: dict, out: Any) -> bool:
+    def _uniform_result(self, func: Any, packet: str, args: tuple, kwargs: dict, out: Any) -> bool:
         """An op of `_UNIFORM` with an operand known to hold one value everywhere (and the others so, or known 0-d
-        values): computed on one element of each, its result holds that value everywhere. False: not such a case."""
+        values): computed on one element of each, its result holds that value everywhere (a view or a copy of such
+        a tensor holds its value). False: not such a case."""
+        if packet in _UNIFORM_SAME:
+            v = self.uniform.get(args[0]) if args and isinstance(args[0], FakeTensor) else None
+            if v is None:
+                return False
+            for f in pytree.tree_leaves(out):
+                if isinstance(f, FakeTensor):
+                    self._set_everywhere(f, v)
+            return True
         leaves, spec = pytree.tree_flatten((args, kwargs))
         reps = []
         uniform = False
@@ -321,8 +346,6 @@ class ValueTable:
                 return False
             elif isinstance(x, torch.device) and x.type != "cpu":
                 x = torch.device("cpu")
-            elif isinstance(x, (list, tuple)) and func.overloadpacket.__name__ in ("view", "_unsafe_view", "expand"):
-                x = [1] * len(x)           # the target shape, on one element
             reps.append(x)
         if not uniform:
             return False
@@ -342,12 +365,16 @@ class ValueTable:
                 return False
         for f, r in zip(fakes, reals):
             with unset_fake_temporarily():
-                value = r.reshape(()).item()
-                if small_enough(f):
-                    self.table[f] = torch.full(tuple(f.shape), value, dtype=f.dtype)
-                else:
-                    self.uniform[f] = value
+                self._set_everywhere(f, r.reshape(()).item())
         return True
+
+    def _set_everywhere(self, f: torch.Tensor, value: Any) -> None:
+        """`f` holds `value` in every element: in the table when small enough, else as a uniform value."""
+        if small_enough(f):
+            with unset_fake_temporarily():
+                self.set(f, torch.full(tuple(f.shape), value, dtype=f.dtype))
+        else:
+            self.uniform[f] = value
 
     def _overwritten(self, args: tuple) -> bool:
         """`dst.copy_(src)` with `src` known and `dst` not: every element of `dst` is overwritten, so it is known
@@ -412,7 +439,7 @@ class ValueTable:
 
     def watching(self) -> bool:
         """Whether a view op can carry anything: a known value or an expert route (the views' fast path)."""
-        return bool(self.table) or bool(ROUTES.table)
+        return bool(self.table) or bool(ROUTES.table) or bool(self.uniform)
 
 
 VALUES = ValueTable()

@@ -3,6 +3,7 @@ does: `torch.autograd.profiler.emit_nvtx()`, `nn.DataParallel` over one device (
 message), a sparse embedding's gradient (refused with a message: its size depends on the data), and an
 out-of-memory error under `set_per_process_memory_fraction`."""
 import json
+import time
 
 import torch
 
@@ -27,6 +28,11 @@ try:
     out["sparse"] = "ran"
 except Exception as e:          # noqa: BLE001
     out["sparse"] = f"{type(e).__name__}: {e}"
+mask = torch.zeros(1 << 26, dtype=torch.bool, device="cuda")
+torch.cuda.synchronize()
+t0 = time.perf_counter()
+mask.nonzero()                     # reads back its 8-byte count, not the mask
+out["nonzero_s"] = time.perf_counter() - t0
 torch.cuda.set_per_process_memory_fraction(0.1)
 try:
     torch.empty(16 << 30, dtype=torch.uint8, device="cuda")

@@ -50,7 +50,12 @@ gather_out = [torch.full((2,), -1.0, device="cuda") for _ in range(w)] if r == 0
 dist.gather(src, gather_out, dst=0)
 grad = torch.randn(1 << 20, device="cuda")          # too large for the value table: isfinite's result is all True
 finite = torch.isfinite(grad)
+views_all = [bool(finite.view(1024, 1024).all()), bool(finite.reshape(-1, 64).all()),
+             bool(finite.view(1, -1).expand(2, -1).all()), bool(finite.detach().all())]
+written = torch.isfinite(grad)
+written.view(1024, 1024)[3].zero_()          # a write through a view: the base no longer holds one value
 out = {"rank": r, "grad_finite_all": bool(finite.all()), "grad_nonfinite_any": bool((~finite).any()),
+       "grad_views_all": views_all, "grad_written_all": bool(written.all()),
        "grad_finite_rows": bool(torch.isfinite(grad.view(1024, 1024)).all(dim=1).all()),
        "grad_nan_any": bool(torch.isnan(grad).any()), "into_view": into_view.tolist(), "in_place": in_place.tolist(), "list_views": buffer.tolist(),
        "overwritten": overwritten.tolist(), "fmt_known": f"{torch.tensor(1.5, device='cuda'):.3f}",

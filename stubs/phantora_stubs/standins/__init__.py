@@ -40,6 +40,7 @@ HOOKS: dict[str, Callable[[Any], None]] = {
     "deepspeed.runtime.fp16.unfused_optimizer": deepspeed.install_state_initialization,
     "deepspeed.runtime.zero.stage_1_and_2": deepspeed.install_state_initialization,
     "deepspeed.runtime.zero.stage3": deepspeed.install_state_initialization,
+    "deepspeed.runtime.zenflow.zenflow_stage_1_and_2": deepspeed.install_state_initialization,
     "megatron.core.optimizer.optimizer": megatron.install_optimizers,
     "megatron.core.optimizer.layer_wise_optimizer": megatron.install_optimizers,
     "megatron.core.parallel_state": megatron.install_parallel_state,
