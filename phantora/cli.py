@@ -294,6 +294,8 @@ def _fmt_result(r) -> str:
                      f"(allocator: {r.allocator or 'PyTorch defaults'})")
     if skewed(r.routing):
         lines.append(f"  expert routing assumed by the recorded run: {describe_routing(r.routing)}")
+    if r.forced:
+        lines.append(f"  collectives: {r.forced}")
     return "\n".join(lines)
 
 

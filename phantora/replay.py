@@ -29,6 +29,7 @@ from .engine.allocator import AllocatorConfig
 from .engine.core import Engine
 from .engine.ops import OpKind
 from .engine.recorder import Recorder
+from .net.collectives import forced_choice_text
 from .errors import PhantoraError, TraceError
 from .gcpause import gc_paused
 from .hostcpu import HostCosts
@@ -57,6 +58,7 @@ class ReplayResult:
     recorded_problem: str | None = None     # what the input trace says went wrong in its run (allow_incomplete)
     # model constants of the recorded cluster that its preset has changed since (replayed as recorded: preset_drift)
     preset_drift: list = field(default_factory=list)
+    forced: str = ""                        # where --algo/--proto did not apply ("" = everywhere or not given)
 
     @property
     def out_of_memory(self) -> bool:
@@ -89,7 +91,7 @@ class ReplayResult:
                 "iterations_s": self.iterations_s, "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
                 "mfu": self.mfu, "ops": self.n_ops, "wall_s": self.wall_s, "ops_per_s": self.ops_per_s,
                 "ooms": self.ooms, "out_of_memory": self.out_of_memory, "allocator": self.allocator,
-                "routing": self.routing, "recorded_problem": self.recorded_problem,
+                "routing": self.routing, "recorded_problem": self.recorded_problem, "forced": self.forced,
                 "peak_reserved_bytes": {str(r): v for r, v in self.peak_reserved_bytes.items()},
                 "peak_allocated_bytes": {str(r): v for r, v in self.peak_allocated_bytes.items()},
                 **{k: v for k, v in self.summary.items() if isinstance(v, (int, float, str))}}
@@ -223,6 +225,7 @@ def replay(trace: str | Path, *, cluster: str | None = None, nodes: int | None =
     result.peak_reserved_bytes = {r: engine.ranks[r].allocator.reserved.peak for r in simulated}
     result.peak_allocated_bytes = {r: engine.ranks[r].allocator.allocated.peak for r in simulated}
     result.allocator = allocator.to_text()
+    result.forced = forced_choice_text(engine.collectives, algo, proto)
     result.routing = meta.get("routing")
     recorder.engine = None   # engine and recorder refer to each other: let reference counting free them now
     return result

@@ -361,3 +361,23 @@ def test_replay_names_the_model_constants_a_preset_changed_since_the_trace(tmp_p
     assert fresh.iteration_s > kept.iteration_s            # today's factors slow the compute beside collectives
     runner = CliRunner().invoke(main, ["replay", str(path)])
     assert runner.exit_code == 0 and "nccl.sharing_compute 1.0 (preset: " in runner.output
+
+
+def test_a_forced_algorithm_says_where_it_did_not_apply(trace):
+    """NCCL has tree for all-reduce alone: `--algo tree` on an FSDP trace (all-gathers and reduce-scatters) applies
+    nowhere, and the replay must say so, with each collective's count from the trace itself, rather than print
+    figures that look like tree's; `--algo ring`, which every collective has, adds no note."""
+    from phantora.trace.reader import TraceReader
+
+    path, _ = trace
+    with TraceReader(path) as reader:
+        names = [reader.names[int(i)] for i in reader.collectives["name"]]
+    counts = {n: names.count(n) for n in set(names)}
+    assert "all_reduce" not in counts and counts
+    r = replay(path, algo="tree")
+    assert f"applied to 0 of {len(names)} collectives" in r.forced
+    for name, n in counts.items():
+        assert f"{name} {n}" in r.forced
+    assert replay(path, algo="ring").forced == ""
+    res = CliRunner().invoke(main, ["replay", str(path), "--algo", "tree"])
+    assert res.exit_code == 0 and "kept NCCL's own choice" in res.output, res.output

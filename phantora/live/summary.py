@@ -25,6 +25,7 @@ from typing import Any
 
 
 from .. import throughput
+from ..net.collectives import forced_choice_text
 from ..throughput import iteration_times
 from ..routing import describe as describe_routing, skewed
 
@@ -71,6 +72,7 @@ class RunSummary:
     routing: dict | None = None                       # the expert routing assumed (trace meta's)
     outside_bytes: dict[int, dict[str, int]] = field(default_factory=dict)   # per rank: memory outside the allocator
     software: str = ""                                # the cluster's [software] the ranks ran with, in words ("" = their own)
+    forced: str = ""                                  # where --algo/--proto did not apply ("" = everywhere or not given)
 
     @property
     def iteration_s(self) -> float | None:
@@ -156,6 +158,8 @@ class RunSummary:
             lines.append(f"  host CPU         {host_cpu_text(self.host_cpu)}")
         if self.software:
             lines.append(f"  software         {self.software}")
+        if self.forced:
+            lines.append(f"  collectives      {self.forced}")
         if skewed(self.routing):
             lines.append(f"  expert routing   {describe_routing(self.routing)}")
         if self.trace:
@@ -219,6 +223,7 @@ def summarize_run(engine, trace_path: str | None, *, tokens_per_iteration: float
     import resource
     s.outside_bytes = {r: dict(rs.outside.parts) for r, rs in engine.ranks.items()}
     s.software = software_text(spec.software)
+    s.forced = forced_choice_text(engine.collectives, engine.algo, engine.proto)
     s.rank_peak_rss_bytes = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
     s.engine_peak_rss_bytes = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     wall_marks = [m for m in wall_marks_s if m is not None] if wall_marks_s else []

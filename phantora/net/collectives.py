@@ -282,3 +282,24 @@ class CollectivePlanner:
             pred = lat + size / (self.raw_algbw(coll, a, ranks, root) * eff)
         src, dst, frac, chan = self.pattern(coll, a, ranks, root)
         return Plan(op, a, p, size, lat, src, dst, frac * (size / eff), chan, pred)
+
+
+def forced_choice_text(collectives: list[dict], algo: str | None, proto: str | None) -> str:
+    """How a forced algorithm or protocol (`--algo`, `--proto`) applied to a run's collectives ("" when none was
+    forced, or it applied to every collective that has a choice). NCCL_ALGO / NCCL_PROTO apply only where the
+    collective has that algorithm or protocol (tree: all-reduce alone; LL128 where the hardware enables it); the
+    others keep NCCL's own choice, which a report must say rather than let the option look applied."""
+    if not algo and not proto:
+        return ""
+    chosen = [c for c in collectives if c.get("algo") not in ("", "none", "p2p")]
+    missed: dict[str, int] = {}
+    for c in chosen:
+        if (algo and c["algo"] != algo) or (proto and c["proto"] != proto):
+            missed[c["name"]] = missed.get(c["name"], 0) + 1
+    if not missed:
+        return ""
+    forced = " ".join(f"--{k} {v}" for k, v in (("algo", algo), ("proto", proto)) if v)
+    n_missed = sum(missed.values())
+    which = ", ".join(f"{name} {n:,}" for name, n in sorted(missed.items(), key=lambda kv: -kv[1]))
+    return (f"{forced} applied to {len(chosen) - n_missed:,} of {len(chosen):,} collectives; {n_missed:,} kept "
+            f"NCCL's own choice, having no such algorithm or protocol on this cluster ({which})")
