@@ -688,3 +688,18 @@ def test_fp8_gemms_need_fp8_tensor_cores(gpu, runs):
         assert r["result"] == "ran"
     else:
         assert "compute capability >= 9.0 or 8.9" in r["result"], r
+
+
+@pytest.mark.parametrize("mode, note", [("turns", True), ("phases", False)])
+def test_two_optimizers_taking_turns_are_named_and_a_replaced_one_is_not(mode, note):
+    """Each outermost optimizer step marks an iteration. Two optimizers that take turns within a training step
+    (a GAN's) make the summary's iterations per optimizer step: the run says so. An optimizer replaced by a new one
+    (a new phase; the old one freed, whose id() the new one may or may not reuse) still marks one iteration per
+    training step, and gets no note."""
+    proc = phantora_run("--gpus-per-node", "1", "--no-trace", "--", "python", str(SCRIPTS / "optimizer_turns.py"),
+                        mode)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (r,) = results(proc.stdout)
+    assert r["steps"] == 6
+    out = proc.stdout + proc.stderr
+    assert ("optimizer step marks an iteration" in out) is note, out[-3000:]

@@ -595,22 +595,28 @@ def _install_iteration_marks(ctx) -> None:
     def enter(optimizer, args, kwargs) -> None:
         depth[0] += 1
 
-    stepping: set = set()
+    import weakref
+
+    stepped = weakref.WeakSet()       # optimizers that have stepped (a dead one cannot step again)
+    last: list = [None]               # weak reference to the optimizer that stepped last
 
     def mark(optimizer, args, kwargs) -> None:
         depth[0] = max(depth[0] - 1, 0)
         if depth[0] or _UNMARKED[0]:
             return
         steps[0] += 1
-        who = None if optimizer is None else id(optimizer)
-        if who not in stepping:
-            stepping.add(who)
-            if len(stepping) == 2:
+        if optimizer is not None:
+            previous = last[0]() if last[0] is not None else None
+            # two optimizers taking turns (a GAN's): one steps again after another did. One optimizer replacing
+            # another (a new phase, a re-created optimizer) marks one iteration per training step all the same.
+            if previous is not None and previous is not optimizer and optimizer in stepped:
                 from .errors import note_once
-                note_once("optimizers", "two optimizers step in this program (a GAN's, say): each outermost "
-                          "optimizer step marks an iteration, so the summary's iteration figures are per optimizer "
-                          "step, not per training step; the program's own step times are not affected "
+                note_once("optimizers", "two optimizers take turns stepping in this program (a GAN's, say): each "
+                          "outermost optimizer step marks an iteration, so the summary's iteration figures are per "
+                          "optimizer step, not per training step; the program's own step times are not affected "
                           "(docs/live-runs.md)")
+            stepped.add(optimizer)
+            last[0] = weakref.ref(optimizer)
         METER.enter()
         try:
             ctx.runtime.submit(Op(OpKind.ITER_MARK, arg=steps[0], cpu_delta=METER.claim()))
