@@ -703,3 +703,13 @@ def test_two_optimizers_taking_turns_are_named_and_a_replaced_one_is_not(mode, n
     assert r["steps"] == 6
     out = proc.stdout + proc.stderr
     assert ("optimizer step marks an iteration" in out) is note, out[-3000:]
+
+
+@pytest.mark.parametrize("mode, note", [("split", True), ("one", False)])
+def test_one_process_driving_two_gpus_is_told_it_is_simulated_as_one(mode, note):
+    """A model split over cuda:0 and cuda:1 in one process runs on one simulated GPU's timeline and memory (one
+    process per GPU is what is simulated): the run must say so, and a process on one device must not."""
+    proc = phantora_run("--gpus-per-node", "2", "--ranks", "0", "--no-trace", "--", "python",
+                        str(SCRIPTS / "two_devices.py"), mode)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert ("runs kernels on cuda:0 and cuda:1" in proc.stdout + proc.stderr) is note, proc.stderr[-3000:]

@@ -226,6 +226,7 @@ class Interceptor(TorchDispatchMode):
         self.blas = cuda_blas.Workspaces(ctx.gpu.sm_version)     # the GEMM libraries' workspaces
         cuda_checks.SM_VERSION[0] = ctx.gpu.sm_version
         self._cats: dict[Any, int] = {}
+        self._kernel_device: int | None = None      # the device of the process's first kernel
         self._pending: WeakIdKeyDictionary = WeakIdKeyDictionary()   # functional-collective output -> event
         self._pinned: WeakIdKeyDictionary = WeakIdKeyDictionary()    # tensors made by pin_memory()
         self._pinned_storages: dict[int, weakref.ref] = {}             # their storages -> the tensor
@@ -366,9 +367,23 @@ class Interceptor(TorchDispatchMode):
                                      f"{type(exc).__name__}: {exc}") from None
         if c.is_view or c.family in ("view", "alloc"):
             return
+        if device != self._kernel_device:
+            self._another_device(device)
         self.rt.submit(Op(OpKind.KERNEL, stream=self.dev.stream(device), name=str(func), sig=c.sig_id,
                           duration=c.duration, flops=c.flops, nbytes=int(c.nbytes), cpu_delta=METER.claim(),
                           source=c.source, mem=mem))
+
+    def _another_device(self, device: int) -> None:
+        """A process's kernels on a second device (a model split over cuda:0 and cuda:1 in one process): simulated
+        on one GPU's timeline and memory, which the user must be told (docs/stubs.md, "Streams")."""
+        if self._kernel_device is None:
+            self._kernel_device = device
+            return
+        from .errors import note_once
+        note_once("devices", f"this process runs kernels on cuda:{self._kernel_device} and cuda:{device}: one process "
+                  "driving several GPUs is simulated as one GPU (their kernels one after another, their memory in "
+                  "one allocator, copies between them as copies within a GPU), so its times and memory are not "
+                  "those of several GPUs; run one process per GPU (docs/stubs.md, \"Streams\")")
 
     def _conditional_copy(self, func, args, kwargs, out):
         """contiguous / reshape / flatten that copied (the input was not in the layout asked for): the copy kernel a
