@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import PresetError
-from .gpus import GPUSpec, load_gpu
+from .gpus import GPUSpec, device_bytes, load_gpu
 from .paths import presets_dir
 from .software import SDPA_BACKENDS, parse_release, te_release_problem
 from .tomlconf import build, check_number, read_toml, to_table
@@ -264,7 +264,7 @@ class ClusterSpec:
 
     def vram_bytes(self) -> int:
         if self.vram_gib > 0:
-            return int(self.vram_gib * 2**30)
+            return device_bytes(self.vram_gib)
         return self.gpu_spec().memory_bytes
 
     def node_of(self, rank: int) -> int:

@@ -63,6 +63,9 @@ class GPUSpec:
     # what CUDA events add to a kernel timed alone on this GPU (the profile's way) beyond the time it holds a busy
     # stream, µs (phantora.probes.streamprobe); None where not measured: the efficiency table's (docs/cost-model.md)
     event_overhead_us: float | None = None
+    # the driver's total memory to the byte (torch's total_memory) where measured; 0: memory_gib's bytes, aligned
+    # down to the 64 KiB that measured totals are multiples of
+    memory_total_bytes: int = 0
     sources: dict[str, str] = field(default_factory=dict)   # field name -> citation
     notes: str = ""
 
@@ -84,6 +87,11 @@ class GPUSpec:
             if self.event_overhead_us >= 20.0:
                 raise PresetError("an event overhead is a few microseconds; this is not plausible",
                                   key="event_overhead_us")
+        if self.memory_total_bytes:
+            check_number(self.memory_total_bytes, "memory_total_bytes", positive=True)
+            if abs(self.memory_total_bytes / 2**30 - self.memory_gib) > 0.01:
+                raise PresetError(f"{self.memory_total_bytes:,} B is {self.memory_total_bytes / 2**30:.3f} GiB, not "
+                                  f"memory_gib = {self.memory_gib:g}", key="memory_total_bytes")
         for dtype, value in self.peak_tflops.items():
             check_number(value, f"peak_tflops.{dtype}", nonnegative=True)
         check_number(self.peak_tflops["fp32"], "peak_tflops.fp32", positive=True)   # the fallback of every dtype
@@ -97,7 +105,10 @@ class GPUSpec:
 
     @property
     def memory_bytes(self) -> int:
-        return int(self.memory_gib * 2**30)
+        """Device memory as torch's `total_memory` reports it."""
+        if self.memory_total_bytes:
+            return int(self.memory_total_bytes)
+        return device_bytes(self.memory_gib)
 
     @property
     def hbm_bytes_per_s(self) -> float:
@@ -114,6 +125,12 @@ class GPUSpec:
     def sm_version(self) -> int:
         major, minor = self.compute_capability.split(".")
         return int(major) * 10 + int(minor)
+
+
+def device_bytes(gib: float) -> int:
+    """A device memory size given in GiB as a driver reports one: aligned down to 64 KiB (the measured totals of an
+    H100 and an H200 are multiples of 64 KiB, not of 1 MiB)."""
+    return (int(gib * 2**30) >> 16) << 16
 
 
 def same_device(a: str, b: str) -> bool:
