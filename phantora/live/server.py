@@ -436,13 +436,6 @@ class EngineServer:
                     text += f"\n  rank {r} stream {sid}: {'blocked' if st.blocked else 'waiting'}" + \
                             (f", {len(st.pending)} queued (next: {head!r})" if head is not None else "")
             # stream waits on events whose record is queued: which stream waits for which
-            where = {}
-            for sid, st in rs.streams.items():
-                for item in st.pending:
-                    if item[1].kind == OpKind.EVENT_RECORD and item[3] is not None:
-                        where[id(item[3])] = (sid, item[1].arg)
-            for ev in {id(e): e for e in rs.events.values()}.values():
-                pass
             for sid, st in sorted(rs.streams.items()):
                 for item in st.pending:
                     ev = item[3]
