@@ -291,6 +291,7 @@ def test_mirrored_ranks_contribute_their_representatives_values():
     ("mismatch", "mismatched collectives"),
     ("exit", "rank 1 exited (code 0) before its program finished"),
     ("hang", "rank 1 made no progress"),
+    ("recv", "rank 0 waits for the values of its receive #1 of small tensors from rank 1"),
 ])
 def test_failures_stop_the_run_and_name_the_rank(tmp_path, mode, expect):
     trace = tmp_path / f"{mode}.h5"

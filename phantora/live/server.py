@@ -445,8 +445,10 @@ class EngineServer:
                                     f"recorded on stream {sid} behind {len(st.pending)} queued op(s)"
         for lr in self.ranks.values():
             if lr.take is not None:
-                text += f"\n  rank {lr.rank} waits for objects from rank {lr.take[1]} (recv_object_list #" \
-                        f"{lr.take[3] + 1})"
+                n = lr.take[3]
+                what = (f"the values of its receive #{n[1] + 1} of small tensors" if isinstance(n, tuple) else
+                        f"objects (recv_object_list #{n + 1})")
+                text += f"\n  rank {lr.rank} waits for {what} from rank {lr.take[1]}"
             elif lr.exchange is not None:
                 text += f"\n  rank {lr.rank} waits for the values of collective #{lr.exchange[1] + 1} on group " \
                         f"{lr.exchange[0]}"

@@ -1,4 +1,5 @@
-"""Failing programs for tests/test_live_run.py: --mode raise | mismatch | hang | exit."""
+"""Failing programs for tests/test_live_run.py: --mode raise | mismatch | hang | exit | recv (rank 0 receives a
+small tensor that rank 1, in a barrier, never sends: a deadlock)."""
 import argparse
 import os
 import sys
@@ -21,6 +22,13 @@ if rank == 1 and args.mode == "exit":
 if rank == 1 and args.mode == "hang":
     while True:
         sum(range(10000))
+if args.mode == "recv":
+    if rank == 0:
+        small = torch.empty(4, device="cuda")
+        dist.recv(small, src=1)
+        print(small)
+    else:
+        dist.barrier()
 dist.all_reduce(x)
 torch.cuda.synchronize()
 sys.exit(0)
