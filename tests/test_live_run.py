@@ -714,3 +714,13 @@ def test_one_process_driving_two_gpus_is_told_it_is_simulated_as_one(mode, note)
                         str(SCRIPTS / "two_devices.py"), mode)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert ("runs kernels on cuda:0 and cuda:1" in proc.stdout + proc.stderr) is note, proc.stderr[-3000:]
+
+
+def test_sdpa_restricted_to_backends_that_refuse_the_inputs_fails_as_on_a_gpu():
+    """`sdpa_kernel([FLASH_ATTENTION])` with inputs flash refuses (fp32, a mask) raises PyTorch's "No available
+    kernel" on a CUDA build; it ran the math backend the program had disabled, costed ~40 times a flash kernel."""
+    proc = phantora_run("--gpus-per-node", "1", "--no-trace", "--", "python", str(SCRIPTS / "sdpa_restricted.py"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (r,) = results(proc.stdout)
+    assert r["flash_fp32"].startswith("No available kernel") and r["flash_bf16_mask"].startswith("No available")
+    assert r["flash_bf16"] == "ran" and r["flash_math_fp32"] == "ran"

@@ -72,13 +72,21 @@ def accepts(name: str, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, 
 
 
 def choice(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, enable_gqa=False) -> str:
-    """The backend SDPA runs: the first in the priority order that accepts the inputs, else math."""
+    """The backend SDPA runs: the first in the priority order that accepts the inputs, else math; where math is
+    disabled too (`sdpa_kernel([SDPBackend.FLASH_ATTENTION])` with inputs flash refuses), PyTorch's error."""
     from . import cuda_dispatch
     for name in cuda_dispatch.sdpa_order():
         if name == "math":
             break
         if accepts(name, q, k, v, attn_mask, dropout_p, is_causal, enable_gqa):
             return name
+    math_enabled = getattr(torch.backends.cuda, "math_sdp_enabled", None)
+    if math_enabled is not None and not math_enabled():
+        enabled = [n for n in ("flash", "efficient", "cudnn") if _enabled(n)]
+        raise RuntimeError(f"No available kernel. Aborting execution. (phantora: the enabled SDPA backends "
+                           f"({', '.join(enabled) or 'none'}) do not accept these inputs (query {q.dtype} "
+                           f"{tuple(q.shape)}, mask {'given' if attn_mask is not None else 'none'}) and the math "
+                           f"backend is disabled, as a CUDA build refuses them)")
     return "math"
 
 
