@@ -106,6 +106,12 @@ def test_a_router_on_placeholder_scores_routes_every_token(stub_cache, tmp_path,
     assert out["offsets"][-1] == out["received_rows"]            # grouped-GEMM offsets cover the received tokens
     per_rank = experts // world
     assert out["input_splits"] == [sum(counts[p * per_rank:(p + 1) * per_rank]) for p in range(world)]
+    # token dropping at a capacity (Megatron-core's logical_and of the map and a capacity mask): each expert keeps
+    # at most `capacity` of its tokens, through a transpose and masked_select; an all-ones mask keeps them all
+    # (the dropped map's counts read 0 and Megatron's unpermute failed)
+    capped = [min(c, out["capacity"]) for c in counts]
+    assert out["capped_counts"] == capped and out["capped_rows"] == sum(capped)
+    assert out["uncapped_counts"] == counts
     if routing == "balanced":
         assert len(set(counts)) == 1
         a2a = [op for op in ops if op["kind"] == "COLLECTIVE" and op["name"] == "all_to_all"]

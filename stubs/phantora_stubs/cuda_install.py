@@ -113,6 +113,8 @@ def install(ctx) -> None:
     cuda.memory._dump_snapshot = _dump_snapshot
     for name in _RANDOM_FUNCS:
         setattr(cuda.random, name, _CUDA_FUNCS[name])
+    from . import cuda_guard_events
+    cuda_guard_events.install(ctx.lib)       # torch.Event, torch.Stream and C++'s own events as ops
     cuda.streams.Stream = Stream
     cuda.streams.Event = Event
     cuda.streams.ExternalStream = ExternalStream

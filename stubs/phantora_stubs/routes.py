@@ -19,7 +19,7 @@ Nothing here is framework code: TorchTitan (`scatter_` of the top-k ids, `sum(di
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -37,6 +37,8 @@ class Route:
     expert_last: bool = True     # a map's expert dimension is its last (False: a transposed [experts, tokens] map)
     first: int = 0               # a map's columns are experts first .. first + experts - 1 of the router's
     total: int = 0               # the router's experts (0: `experts`, the whole map)
+    capacity: int = 0            # a map's tokens per expert at most (0: no capacity); "cap": the capacity a
+                                 # top-k over the tokens keeps per expert, "capmask": the mask it scatters into
 
     @property
     def router_experts(self) -> int:
@@ -77,15 +79,17 @@ class RouteTable:
         return self._picks(route, mask.numel()) if route is not None and route.kind == "map" else None
 
     def _counts(self, route: Route, tokens: int) -> list[int]:
-        """Tokens per expert of the map's columns, for `tokens` rows."""
+        """Tokens per expert of the map's columns, for `tokens` rows (at most the map's capacity, where the
+        framework drops what exceeds it)."""
         counts = routing.expert_counts(self.distribution(), tokens, route.top_k, route.router_experts)
-        return list(counts[route.first:route.first + route.experts])
+        counts = list(counts[route.first:route.first + route.experts])
+        return [min(c, route.capacity) for c in counts] if route.capacity else counts
 
     def _picks(self, route: Route, numel: int) -> int:
         """How many entries of a routing map of `numel` flags are set: `top_k` per token, or what falls in its
-        columns when it holds some of the router's experts."""
+        columns when it holds some of the router's experts or has a capacity."""
         tokens = numel // route.experts
-        if route.experts == route.router_experts:
+        if route.experts == route.router_experts and not route.capacity:
             return tokens * route.top_k
         return int(sum(self._counts(route, tokens)))
 
@@ -126,7 +130,7 @@ class RouteTable:
             # a [tokens, experts] map transposed to [experts, tokens] (Megatron-core's permute), and back
             if src is not None and src.kind == "map" and isinstance(out, FakeTensor) and out.dim() == 2 \
                     and _swaps(packet, args, kwargs):
-                self._mark(out, Route("map", src.experts, src.top_k, not src.expert_last, src.first, src.total))
+                self._mark(out, replace(src, expert_last=not src.expert_last))
         elif packet in _SCATTER:
             self._scatter(args, kwargs, out)
         elif packet == "eq":
@@ -136,6 +140,8 @@ class RouteTable:
             if src is not None and other is not None and src.kind == other.kind == "map" \
                     and src.experts == other.experts and isinstance(out, FakeTensor):
                 self._mark(out, Route("map", src.experts, src.top_k + other.top_k))
+        elif packet in ("logical_and", "bitwise_and") and len(args) > 1:
+            self._capped(src, self.get(args[1]), out)
         elif packet == "one_hot":
             ids = src
             if ids is not None and ids.kind == "ids" and isinstance(out, FakeTensor) and out.shape[-1] == ids.experts:
@@ -159,8 +165,22 @@ class RouteTable:
         if step != 1 or not isinstance(start, int):
             return
         start = max(start + src.experts if start < 0 else start, 0)
-        self._mark(out, Route("map", int(out.shape[dim]), src.top_k, src.expert_last, src.first + start,
-                              src.router_experts))
+        self._mark(out, replace(src, experts=int(out.shape[dim]), first=src.first + start, total=src.router_experts))
+
+    def _capped(self, a: Route | None, b: Route | None, out) -> None:
+        # a routing map and a mask: the map, less what the mask drops (Megatron-core's token dropping:
+        # logical_and(routing_map, capacity_mask)). A capacity mask caps each expert's tokens; another mask (all
+        # ones where the capacity exceeds the tokens, a padding mask) is taken to keep every pick
+        if not isinstance(out, FakeTensor):
+            return
+        routes = [r for r in (a, b) if r is not None]
+        maps = [r for r in routes if r.kind == "map"]
+        if len(maps) != 1 or out.dim() != 2:
+            return
+        m = maps[0]
+        caps = [r.capacity for r in routes if r.kind == "capmask" and r.experts == m.experts]
+        cap = min(caps + ([m.capacity] if m.capacity else [])) if caps else m.capacity
+        self._mark(out, Route("map", m.experts, m.top_k, m.expert_last, m.first, m.total, cap))
 
     def _router(self, packet, args, kwargs, out, values) -> None:
         x = args[0]
@@ -172,6 +192,10 @@ class RouteTable:
             k = args[1] if len(args) > 1 else kwargs.get("k")
             dim = _dim(args[2] if len(args) > 2 else kwargs.get("dim", -1), x.dim())
             ids = out[1]
+            if dim == 0 and x.dim() == 2 and isinstance(k, int) and 0 < k < x.shape[0]:
+                # the top-k tokens of each expert's column: the tokens an expert keeps at its capacity k
+                self._mark(ids, Route("cap", int(x.shape[-1]), 0, capacity=int(k)))
+                return
         elif packet == "argmax":
             k, ids = 1, out
             dim = _dim(args[1] if len(args) > 1 else kwargs.get("dim"), x.dim())
@@ -191,6 +215,13 @@ class RouteTable:
             return
         target, dim, index = args[0], args[1], args[2]
         ids = self.get(index)
+        if ids is not None and ids.kind == "cap" and isinstance(target, torch.Tensor) and target.dim() == 2 \
+                and _dim(dim, 2) == 0 and target.shape[-1] == ids.experts:
+            route = Route("capmask", ids.experts, 0, capacity=ids.capacity)    # each column's kept tokens
+            self._mark(out, route)
+            if packet_is_inplace(out, target):
+                self._mark(target, route)
+            return
         if ids is None or ids.kind != "ids" or not isinstance(target, torch.Tensor):
             return
         if _dim(dim, target.dim()) != target.dim() - 1 or target.shape[-1] != ids.experts:

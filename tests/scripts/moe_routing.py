@@ -27,6 +27,18 @@ _, ids = torch.topk(scores, TOP_K, dim=-1)                                      
 routing_map = torch.zeros_like(scores, dtype=torch.bool).scatter_(-1, ids, True)
 counts = routing_map.sum(dim=0)                                                  # (E,)
 
+# Megatron-core's token dropping: each expert keeps its top-`capacity` tokens (a top-k over the tokens, scattered
+# into a mask), and the routing map loses the rest; `ones_like` where the capacity is above the tokens
+capacity = TOKENS * TOP_K // EXPERTS // 2
+probs = scores * routing_map
+_, kept = torch.topk(probs, k=capacity, dim=0, sorted=False)
+capacity_mask = torch.zeros_like(probs).scatter(0, kept, 1).bool()
+capped = torch.logical_and(routing_map, capacity_mask)
+capped_counts = capped.sum(dim=0)                                                 # as the dispatcher counts
+capped_rows = torch.arange(TOKENS, device="cuda").unsqueeze(0).expand(EXPERTS, -1).masked_select(
+    capped.T.contiguous()).numel()                                               # transposed, as permute reads it
+uncapped_counts = torch.logical_and(routing_map, torch.ones_like(probs).bool()).sum(dim=0)
+
 top1 = torch.argmax(scores, dim=1)                                               # DeepSpeed's top-1 gate
 top1_counts = torch.sum(F.one_hot(top1, num_classes=EXPERTS), dim=0)
 
@@ -42,6 +54,8 @@ dist.all_to_all_single(out, routed, output_splits, input_splits)
 offsets = torch.cumsum(received.view(-1) if world > 1 else counts, dim=0, dtype=torch.int32)
 
 print(json.dumps({"world": world, "rank": me, "counts": counts.tolist(), "top1_counts": top1_counts.tolist(),
+                  "capacity": capacity, "capped_counts": capped_counts.tolist(), "capped_rows": capped_rows,
+                  "uncapped_counts": uncapped_counts.tolist(),
                   "input_splits": input_splits, "output_splits": output_splits, "received_rows": out.shape[0],
                   "row_bytes": DIM * x.element_size(), "offsets": offsets.tolist()}))
 dist.destroy_process_group()

@@ -18,6 +18,7 @@
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <c10/util/Exception.h>
 
 #include <atomic>
 #include <cstdint>
@@ -32,6 +33,29 @@ thread_local c10::DeviceIndex t_device = 0;
 thread_local int64_t t_stream[kMaxDevices] = {0};   // current stream id per device; 0 is the default stream
 std::atomic<int64_t> g_next_stream{1};
 std::atomic<int64_t> g_next_event{1};
+
+// Events, waits, synchronisations and queries that reach the guard (torch.Event, torch.Stream's methods, the
+// autograd engine's cross-stream synchronisation) go to the stubs through this callback, which turns them into
+// simulator ops (cuda_guard_events.py): what (an EventCall), the event, the stream, its device, and an out value
+// (an elapsed time). It returns 0, or 1/0 for a query, or a negative EventError. Unset: no-ops, as before the stubs
+// install it.
+enum EventCall { kRecord = 0, kBlock = 1, kSyncEvent = 2, kSyncStream = 3, kElapsed = 4, kQueryEvent = 5,
+                 kQueryStream = 6, kDestroy = 7 };
+enum EventError { kNotReady = -1, kNotRecorded = -2, kFailed = -3 };
+typedef int (*EventCallback)(int what, int64_t event, int64_t stream, int64_t device, double* out);
+std::atomic<EventCallback> g_event_cb{nullptr};
+
+int event_call(int what, void* event, const c10::Stream* stream, double* out = nullptr) {
+  EventCallback cb = g_event_cb.load();
+  if (cb == nullptr) return what == kQueryEvent || what == kQueryStream ? 1 : 0;
+  int rc = cb(what, static_cast<int64_t>(reinterpret_cast<intptr_t>(event)), stream ? stream->id() : 0,
+              stream ? stream->device_index() : 0, out);
+  TORCH_CHECK(rc != kNotReady, "CUDA error: device not ready (an event of elapsed_time has not completed: "
+              "synchronize on it first)");
+  TORCH_CHECK(rc != kNotRecorded, "Both events must be recorded before calculating elapsed time.");
+  TORCH_CHECK(rc != kFailed, "phantora: the simulation of a CUDA event or stream call failed (see the message above)");
+  return rc;
+}
 
 c10::DeviceIndex device_count() {
   static const c10::DeviceIndex count = [] {
@@ -88,22 +112,36 @@ struct FakeCUDAGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     return reinterpret_cast<void*>(static_cast<intptr_t>(s.id()));
   }
 
-  void destroyEvent(void* /*event*/, const c10::DeviceIndex /*device_index*/) const noexcept override {}
-  void record(void** event, const c10::Stream& /*stream*/, const c10::DeviceIndex /*device_index*/,
+  void destroyEvent(void* event, const c10::DeviceIndex /*device_index*/) const noexcept override {
+    if (event == nullptr) return;
+    try {
+      event_call(kDestroy, event, nullptr);
+    } catch (...) {
+    }
+  }
+  void record(void** event, const c10::Stream& stream, const c10::DeviceIndex /*device_index*/,
               const c10::EventFlag /*flag*/) const override {
     if (*event == nullptr) *event = reinterpret_cast<void*>(static_cast<intptr_t>(g_next_event.fetch_add(1)));
+    event_call(kRecord, *event, &stream);
   }
-  void block(void* /*event*/, const c10::Stream& /*stream*/) const override {}
-  bool queryEvent(void* /*event*/) const override { return true; }
+  void block(void* event, const c10::Stream& stream) const override {
+    if (event != nullptr) event_call(kBlock, event, &stream);
+  }
+  bool queryEvent(void* event) const override { return event == nullptr || event_call(kQueryEvent, event, nullptr) > 0; }
   c10::DeviceIndex deviceCount() const noexcept override { return device_count(); }
   c10::DeviceCapability getDeviceCapability(c10::Device /*d*/) const override { return c10::DeviceCapability(); }
-  bool queryStream(const c10::Stream& /*stream*/) const override { return true; }
-  void synchronizeStream(const c10::Stream& /*stream*/) const override {}
-  void synchronizeEvent(void* /*event*/) const override {}
+  bool queryStream(const c10::Stream& stream) const override { return event_call(kQueryStream, nullptr, &stream) > 0; }
+  void synchronizeStream(const c10::Stream& stream) const override { event_call(kSyncStream, nullptr, &stream); }
+  void synchronizeEvent(void* event) const override {
+    if (event != nullptr) event_call(kSyncEvent, event, nullptr);
+  }
   void synchronizeDevice(const c10::DeviceIndex /*device_index*/) const override {}
   void recordDataPtrOnStream(const c10::DataPtr& /*data_ptr*/, const c10::Stream& /*stream*/) const override {}
-  double elapsedTime(void* /*e1*/, void* /*e2*/, const c10::DeviceIndex /*device_index*/) const override {
-    return 0.0;
+  double elapsedTime(void* e1, void* e2, const c10::DeviceIndex /*device_index*/) const override {
+    TORCH_CHECK(e1 != nullptr && e2 != nullptr, "Both events must be recorded before calculating elapsed time.");
+    double out[2] = {static_cast<double>(reinterpret_cast<intptr_t>(e2)), 0.0};
+    event_call(kElapsed, e1, nullptr, out);
+    return out[1];
   }
 };
 
@@ -202,5 +240,6 @@ PHANTORA_API void phantora_set_stream(int d, long long id) {
   if (d >= 0 && d < kMaxDevices) t_stream[d] = id;
 }
 PHANTORA_API long long phantora_new_stream_id() { return g_next_stream.fetch_add(1); }
+PHANTORA_API void phantora_set_event_callback(EventCallback cb) { g_event_cb.store(cb); }
 
 }  // extern "C"
