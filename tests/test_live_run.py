@@ -303,6 +303,8 @@ def test_failures_stop_the_run_and_name_the_rank(tmp_path, mode, expect):
     assert expect in proc.stderr, proc.stderr[-3000:]
     if mode == "raise":
         assert "deliberate failure on rank 1" in proc.stderr
+        # the summary's missing iteration time is the failure's, not advice to run more steps
+        assert "the run stopped before its second iteration mark" in proc.stdout + proc.stderr
     with TraceReader(trace) as rd:                 # closed and readable, with the error recorded
         assert rd.error and expect.split(" (")[0] in rd.error
         assert rd.ranks == [0, 1]
@@ -724,3 +726,18 @@ def test_sdpa_restricted_to_backends_that_refuse_the_inputs_fails_as_on_a_gpu():
     (r,) = results(proc.stdout)
     assert r["flash_fp32"].startswith("No available kernel") and r["flash_bf16_mask"].startswith("No available")
     assert r["flash_bf16"] == "ran" and r["flash_math_fp32"] == "ran"
+
+
+def test_device_generic_streams_and_events_order_and_time_the_work():
+    """torch.Event / torch.Stream / torch.accelerator (the device-generic API) as on a GPU: an event pair's elapsed
+    time is the GPU time between them (it read 0.0), reading it before the GPU got there fails as c10::Event's
+    check does on a GPU ("Both events must be completed"), and a side stream that waits for the current one runs after it (its wait was dropped: twenty dependent
+    GEMMs took the time of ten)."""
+    proc = phantora_run("--gpus-per-node", "1", "--no-trace", "--", "python", str(SCRIPTS / "generic_streams.py"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (r,) = results(proc.stdout)
+    gemm_ms = 2 * 8192 ** 3 / load_cluster("h100-hgx", nodes=1).gpu_spec().peak_flops("bf16") * 1e3
+    assert r["serial_ms"] >= 10 * gemm_ms                     # no faster than the GPU's peak
+    assert r["event_ms"] == pytest.approx(r["serial_ms"], rel=0.01)
+    assert "must be completed" in r["early"]
+    assert r["dependent_ms"] >= 2 * r["serial_ms"] * 0.99

@@ -448,7 +448,7 @@ def _run_ranks(opts: RunOptions, argv: list[str], sig: _Signals, progress: Calla
                                 flops_per_token=opts.flops_per_token, wall_s=time.monotonic() - t0,
                                 keep_trace=opts.trace is not None, oom_messages=oom_messages,
                                 wall_marks_s=server.wall_marks, host_cpu=meta.get("host_cpu"),
-                                routing=meta.get("routing"))
+                                routing=meta.get("routing"), stopped=bool(error))
     finally:
         server.discard_trace()                  # the run's folder goes in every case
     if error:

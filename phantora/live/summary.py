@@ -73,6 +73,7 @@ class RunSummary:
     outside_bytes: dict[int, dict[str, int]] = field(default_factory=dict)   # per rank: memory outside the allocator
     software: str = ""                                # the cluster's [software] the ranks ran with, in words ("" = their own)
     forced: str = ""                                  # where --algo/--proto did not apply ("" = everywhere or not given)
+    stopped: bool = False                             # the run failed or was interrupted (its figures are partial)
 
     @property
     def iteration_s(self) -> float | None:
@@ -114,7 +115,9 @@ class RunSummary:
             more = f" ... ({len(self.iterations_s)} in all)" if len(self.iterations_s) > 8 else ""
             lines.append(f"  iteration time   median {self.iteration_s * 1e3:.2f} ms   [{its}{more}] ms")
         else:
-            lines.append("  iteration time   n/a (fewer than two iteration marks: run at least 2 optimizer steps)")
+            why = ("the run stopped before its second iteration mark" if self.stopped else
+                   "fewer than two iteration marks: run at least 2 optimizer steps")
+            lines.append(f"  iteration time   n/a ({why})")
         if self.tokens_per_s_per_gpu is not None:
             lines.append(f"  tokens/s/GPU     {self.tokens_per_s_per_gpu:,.0f}")
         if self.mfu is not None:
@@ -208,7 +211,7 @@ def _ranks(ranks: list[int]) -> str:
 def summarize_run(engine, trace_path: str | None, *, tokens_per_iteration: float | None = None,
                   flops_per_token: float | None = None, wall_s: float = 0.0, keep_trace: bool = True,
                   oom_messages: list[str] = (), wall_marks_s: list[float] | None = None,
-                  host_cpu: dict | None = None, routing: dict | None = None) -> RunSummary:
+                  host_cpu: dict | None = None, routing: dict | None = None, stopped: bool = False) -> RunSummary:
     """The summary of a finished (or stopped) live run from its engine and its closed trace."""
     spec = engine.spec
     gpu = spec.gpu_spec()
@@ -224,6 +227,7 @@ def summarize_run(engine, trace_path: str | None, *, tokens_per_iteration: float
     s.outside_bytes = {r: dict(rs.outside.parts) for r, rs in engine.ranks.items()}
     s.software = software_text(spec.software)
     s.forced = forced_choice_text(engine.collectives, engine.algo, engine.proto)
+    s.stopped = stopped
     s.rank_peak_rss_bytes = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
     s.engine_peak_rss_bytes = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     wall_marks = [m for m in wall_marks_s if m is not None] if wall_marks_s else []
