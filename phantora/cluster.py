@@ -208,6 +208,36 @@ class NcclSpec:
 
 
 @dataclass
+class StreamsSpec:
+    """Kernels of one GPU's streams running side by side share it (engine/core.py `Engine._side_by_side`;
+    docs/cost-model.md, "Streams of one GPU"): the factor by which a kernel runs longer while a kernel of another
+    stream of its GPU runs beside it, by the two kernels' kinds (compute-bound: GEMMs, attention; memory-bound: the
+    rest). Measured on an H200 with kernels that each fill the GPU (`python -m phantora.probes.twostreamprobe`, two
+    runs, groundtruth/streams/): a GEMM beside a GEMM x1.92-1.98; a GEMM beside a copy or an add x1.05-1.09; a copy
+    or an add beside a GEMM x3.41-3.51; a copy or an add beside another x1.64-2.38 (mean 1.97). Used for every GPU.
+    Kernels shorter than `min_us` neither slow nor are slowed (4-11 µs kernels, which fill a part of the GPU, gave
+    0.7-3.6 from run to run). 1 turns the effect off."""
+    compute_beside_compute: float = 1.95
+    compute_beside_memory: float = 1.07
+    memory_beside_compute: float = 3.47
+    memory_beside_memory: float = 1.97
+    min_us: float = 20.0
+
+    def validate(self) -> None:
+        for key in ("compute_beside_compute", "compute_beside_memory", "memory_beside_compute",
+                    "memory_beside_memory"):
+            check_number(getattr(self, key), f"streams.{key}", positive=True)
+            if getattr(self, key) < 1:
+                raise PresetError("a slowdown factor must be at least 1 (1: no slowdown)", key=f"streams.{key}")
+        check_number(self.min_us, "streams.min_us", nonnegative=True)
+
+    @property
+    def active(self) -> bool:
+        return any(getattr(self, k) > 1 for k in ("compute_beside_compute", "compute_beside_memory",
+                                                   "memory_beside_compute", "memory_beside_memory"))
+
+
+@dataclass
 class DeviceMemorySpec:
     """GPU memory a process holds outside PyTorch's caching allocator (phantora/engine/devmem.py). Defaults measured
     on H200 with CUDA 13.0, torch 2.11, NCCL 2.28.9, NVLS off (groundtruth/devmem/)."""
@@ -235,6 +265,7 @@ class ClusterSpec:
     nccl: NcclSpec = field(default_factory=NcclSpec)
     software: SoftwareSpec = field(default_factory=SoftwareSpec)
     device_memory: DeviceMemorySpec = field(default_factory=DeviceMemorySpec)
+    streams: StreamsSpec = field(default_factory=StreamsSpec)
     vram_gib: float = 0.0                  # overrides the GPU preset's memory when > 0
     source: str = ""                       # where the topology figures come from
 
@@ -254,6 +285,7 @@ class ClusterSpec:
         self.software.validate()
         self.host.validate()
         self.device_memory.validate()
+        self.streams.validate()
 
     @property
     def world_size(self) -> int:

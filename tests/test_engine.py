@@ -11,6 +11,8 @@ from phantora.errors import SimulationError
 from phantora.net.network import Network
 
 MiB = 2**20
+SIDE_BY_SIDE_OFF = tuple(f"streams.{k}=1" for k in ("compute_beside_compute", "compute_beside_memory",
+                                                     "memory_beside_compute", "memory_beside_memory"))
 
 
 def run(spec, streams, groups=(), order=None, **kw):
@@ -57,7 +59,8 @@ def test_a_generated_kernel_charges_its_launch_and_the_compiled_calls_it_opens()
 
 
 def test_streams_overlap_and_events_order_them():
-    spec = load_cluster("h100-hgx")
+    # the order alone: kernels of two streams side by side at their full speed (no sharing of the GPU)
+    spec = load_cluster("h100-hgx", overrides=SIDE_BY_SIDE_OFF)
     ops = [Op(K.KERNEL, stream=0, duration=2e-3), Op(K.EVENT_RECORD, stream=0, arg=1),
            Op(K.KERNEL, stream=1, duration=1e-3),                    # independent: overlaps
            Op(K.STREAM_WAIT, stream=1, arg=1), Op(K.KERNEL, stream=1, duration=1e-3),  # after stream 0's kernel
@@ -68,6 +71,52 @@ def test_streams_overlap_and_events_order_them():
     assert second_on_1[4] < first[5]                     # ran concurrently
     assert after_wait[4] == pytest.approx(first[5])      # waited for the event
     assert eng.ranks[0].cpu == pytest.approx(first[5] + 1e-3)
+
+
+def _gemms_and_copies(gpu, streams: int, per_stream: int, kind: str):
+    """Kernels of one kind on `streams` streams, issued stream after stream (as a program issues them), each
+    costed alone at 80% of the GPU's bf16 peak (a GEMM) or 90% of its HBM bandwidth (a copy), 1 ms each."""
+    ops = []
+    for s in range(streams):
+        for _ in range(per_stream):
+            if kind == "gemm":
+                ops.append(Op(K.KERNEL, stream=s, duration=1e-3, flops=int(0.8 * gpu.peak_flops("bf16") * 1e-3),
+                              nbytes=3 * 2 * 8192 ** 2))
+            else:
+                ops.append(Op(K.KERNEL, stream=s, duration=1e-3, nbytes=int(0.9 * gpu.hbm_bytes_per_s * 1e-3)))
+    return ops + [Op(K.SYNC_DEVICE)]
+
+
+@pytest.mark.parametrize("kind", ["gemm", "copy"])
+def test_kernels_of_two_streams_side_by_side_do_not_beat_the_gpu(kind):
+    """Two streams of GEMMs (or copies) that each alone run the GPU at 80% of its peak FLOP/s (90% of its HBM
+    bandwidth) cannot together run it above 100%: side by side they share it. Without the sharing the engine
+    gave 160% (180%). Issued one stream after the other, as `with torch.cuda.stream(s): ...` blocks issue them."""
+    spec = load_cluster("h100-hgx")
+    gpu = spec.gpu_spec()
+    ops = _gemms_and_copies(gpu, 2, 5, kind)
+    eng, recs = run(spec, {0: ops}, simulated=[0])
+    span = eng.ranks[0].cpu - min(r[4] for r in recs if r[0] == 0)
+    work = sum(o.flops for o in ops) / gpu.peak_flops("bf16") if kind == "gemm" else \
+        sum(o.nbytes for o in ops) / gpu.hbm_bytes_per_s
+    assert work / span <= 1.0, (work, span)
+    assert span < sum(o.duration for o in ops) * 1.01       # and they do share it: not one after the other plus
+    off = load_cluster("h100-hgx", overrides=SIDE_BY_SIDE_OFF)
+    eng_off, recs_off = run(off, {0: ops}, simulated=[0])
+    assert eng_off.ranks[0].cpu - min(r[4] for r in recs_off) == pytest.approx(5e-3, rel=0.01)
+
+
+def test_short_kernels_beside_a_stream_neither_slow_nor_are_slowed():
+    """Kernels under `streams.min_us` fill a part of the GPU (a 4 µs add beside an 8192³ GEMM took x1.00 of the
+    GEMM's time on an H200, groundtruth/streams/): they run beside the others at full speed."""
+    spec = load_cluster("h100-hgx")
+    gpu = spec.gpu_spec()
+    gemms = _gemms_and_copies(gpu, 1, 5, "gemm")[:-1]
+    short = [Op(K.KERNEL, stream=1, duration=5e-6, nbytes=int(0.9 * gpu.hbm_bytes_per_s * 5e-6)) for _ in range(200)]
+    eng, recs = run(spec, {0: gemms + short + [Op(K.SYNC_DEVICE)]}, simulated=[0])
+    k = by_rank(recs, 0)
+    assert k[4][5] - k[0][4] == pytest.approx(5e-3)          # the GEMMs' stream as alone
+    assert all(r[5] - r[4] == pytest.approx(5e-6) for r in k[5:205])
 
 
 def test_collective_starts_when_the_last_rank_arrives_and_lasts_what_the_network_says():
@@ -245,8 +294,9 @@ def test_idle_network_shortcut_matches_the_full_flow_simulation(monkeypatch, rep
 def test_an_iteration_ends_when_the_gpu_finishes_the_work_issued_before_its_mark():
     """No host sync in the loop: the host runs ahead, and the iteration boundary is the GPU's completion of the
     step (what a synchronize after the optimizer step would return), so a GPU-bound loop's iterations last exactly
-    its kernels; kernels issued after a mark do not delay it."""
-    spec = load_cluster("h100-hgx")
+    its kernels; kernels issued after a mark do not delay it. (The two streams' kernels at full speed side by side:
+    the iteration boundary alone.)"""
+    spec = load_cluster("h100-hgx", overrides=SIDE_BY_SIDE_OFF)
     d = 5e-3                                      # far longer than the host's launch overhead
     step = [Op(K.KERNEL, stream=0, duration=d), Op(K.KERNEL, stream=7, duration=2 * d), Op(K.ITER_MARK)]
     eng, recs = run(spec, {0: step * 4}, simulated=[0])

@@ -113,6 +113,7 @@ class _Rank:
         self.iterations: list[float] = []
         self.last_op: tuple[int, Op] | None = None
         self.share: list | None = None     # kernels placed, (start, end, extra, stream), while GPU sharing is modelled
+        self.side: dict | None = None      # kernels placed per stream, for streams side by side (Engine._side_by_side)
         self.inflight: dict[int, float] = {}   # collectives of this rank in progress: id -> start
 
     def stream(self, sid: int) -> _Stream:
@@ -200,6 +201,14 @@ class Engine:
         if self.world_size > 1 and (self.share_compute > 0 or self.share_memory > 0 or self.share_collective > 0):
             for rs in self.ranks.values():
                 rs.share = []
+        sides = spec.streams
+        # [kind of the kernel][kind of the one beside it] -> its factor less one (True: compute-bound)
+        self.side_extra = {True: {True: sides.compute_beside_compute - 1.0, False: sides.compute_beside_memory - 1.0},
+                           False: {True: sides.memory_beside_compute - 1.0, False: sides.memory_beside_memory - 1.0}}
+        self.side_min = sides.min_us * 1e-6
+        if sides.active:
+            for rs in self.ranks.values():
+                rs.side = {}
         self.groups: dict[int, Group] = {}
         self._colls: dict[tuple, _Coll] = {}
         self._by_cid: dict[int, _Coll] = {}
@@ -339,6 +348,8 @@ class Engine:
                     tail = st.tail
                     start = cpu if cpu > tail else tail
                     st.tail = end = start + op.duration
+                    if rs.side is not None and op.duration >= self.side_min:
+                        end = self._side_by_side(rs, op, st, start, end, cpu)
                     emit((idx, op, cpu, start, end, -1))
                     if rs.share is not None:
                         self._shared(rs, op, start, end)
@@ -525,6 +536,8 @@ class Engine:
                 tail = st.tail
                 start = issue if issue > tail else tail
                 st.tail = end = start + op.duration
+                if k == _KERNEL and rs.side is not None and op.duration >= self.side_min:
+                    end = self._side_by_side(rs, op, st, start, end, issue)
                 emit((item[0], op, issue, start, end, -1))
                 if rs.share is not None and k == _KERNEL:
                     self._shared(rs, op, start, end)
@@ -555,6 +568,8 @@ class Engine:
         if k == K.KERNEL or k == K.MEMCPY:
             start = issue if issue > st.tail else st.tail
             st.tail = start + op.duration
+            if k == K.KERNEL and rs.side is not None and op.duration >= self.side_min:
+                self._side_by_side(rs, op, st, start, st.tail, issue)
             rs.emit((idx, op, issue, start, st.tail, -1))
             if rs.share is not None and k == K.KERNEL:
                 self._shared(rs, op, start, st.tail)
@@ -646,6 +661,66 @@ class Engine:
             self.net.start(shadow.cid, shadow.plan)
 
     # ------------------------------------------------------------------------------------------------ GPU sharing
+    def _side_by_side(self, rs: _Rank, op: Op, st: _Stream, start: float, end: float, issue: float) -> float:
+        """A kernel placed on `st` over [start, end) (as if alone) and the kernels of the rank's other streams it
+        overlaps share the GPU (the cluster's `[streams]` factors, by the two kernels' kinds: compute- or
+        memory-bound). The new kernel runs longer by the time it overlaps each other kernel times its factor less
+        one. Each other kernel runs longer by the part of its own time-as-if-alone that the new one overlaps (a part
+        already slowed by an earlier kernel is not slowed again by this one's overlap) times its factor less one:
+        its end and its stream's later kernels here move, and so does its stream's tail (its rows were emitted
+        already and keep their times; the stream's later work starts later). Returns the new kernel's end, also the
+        stream's tail. Only kernels of at least `streams.min_us` take part.
+
+        `rs.side`: per stream, its kernels in order, each [start, end, end as if alone, slowed up to, compute]."""
+        compute = op.flops >= _COMPUTE_INTENSITY * op.nbytes
+        side = rs.side
+        table = self.side_extra
+        mine = table[compute]
+        sid = st.sid
+        alone_end = end
+        floor = None
+        for k_sid, entries in side.items():
+            if k_sid == sid or not entries:
+                continue
+            if len(entries) > 32:
+                if floor is None:
+                    # a later kernel starts at or after its stream's tail and its own issue (a queued one's is known;
+                    # one issued later, at or after this one's): what ended before that meets nothing more
+                    floor = min(max(s.tail, s.pending[0][2] if s.pending else issue) for s in rs.streams.values())
+                while entries and entries[0][1] <= floor:
+                    entries.popleft()
+            for i, k in enumerate(entries):
+                k_start, k_end, k_alone, k_slowed, k_compute = k
+                if k_start >= alone_end:
+                    break
+                if k_end <= start:
+                    continue
+                o = (k_end if k_end < alone_end else alone_end) - (k_start if k_start > start else start)
+                end += o * mine[k_compute]
+                lo = max(start, k_start, k_slowed)
+                hi = k_alone if k_alone < alone_end else alone_end
+                if hi <= lo:
+                    continue
+                k[3] = hi
+                d = (hi - lo) * table[k_compute][compute]
+                if d > 0:
+                    k[1] = k_end + d
+                    for n in range(i + 1, len(entries)):
+                        later = entries[n]
+                        later[0] += d
+                        later[1] += d
+                        later[2] += d
+                        later[3] += d
+                    other = rs.streams.get(k_sid)
+                    if other is not None:
+                        other.tail += d
+        st.tail = end
+        mine_list = side.get(sid)
+        if mine_list is None:
+            mine_list = side[sid] = deque()
+        mine_list.append([start, end, alone_end, start, compute])
+        return end
+
     def _shared(self, rs: _Rank, op: Op, start: float, end: float) -> None:
         """Keep a placed kernel for the collectives that may overlap it (their kernels share the GPU)."""
         if end > start:

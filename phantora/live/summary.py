@@ -126,8 +126,8 @@ class RunSummary:
             hfu = f"   (HFU {self.hfu * 100:.1f} % of {self.peak_flops / 1e12:.0f})" if self.hfu is not None else ""
             lines.append(f"  kernel TFLOP/s   {self.tflops_per_gpu:.1f} per GPU{hfu}")
             if self.hfu is not None and self.hfu > 1.0:
-                lines.append("                   above the GPU's peak: kernels of several streams ran side by side, "
-                             "each at its full cost (not modelled: docs/cost-model.md, \"Limits\")")
+                lines.append("                   above the GPU's peak: kernels of several streams ran side by side "
+                             "beyond what the [streams] sharing takes (docs/cost-model.md, \"Streams of one GPU\")")
         if self.compute_s is not None:
             lines.append(f"  per iteration    compute {self.compute_s * 1e3:.2f} ms, communication "
                          f"{(self.communication_s or 0) * 1e3:.2f} ms, exposed communication "
