@@ -119,7 +119,8 @@ def resolve_cluster(meta: dict, cluster: str | None, nodes: int | None, gpus_per
     return spec
 
 
-DRIFT_SECTIONS = ("nccl", "host")     # the cluster's fitted model constants (GPU sharing, host CPU prices and rates)
+DRIFT_SECTIONS = ("nccl", "host", "streams")   # the cluster's fitted model constants (GPU sharing, host CPU prices
+#                                                 and rates, streams side by side)
 
 
 def preset_drift(spec: ClusterSpec, overridden: tuple[str, ...] = ()) -> list[str]:
