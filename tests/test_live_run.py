@@ -741,3 +741,17 @@ def test_device_generic_streams_and_events_order_and_time_the_work():
     assert r["event_ms"] == pytest.approx(r["serial_ms"], rel=0.01)
     assert "must be completed" in r["early"]
     assert r["dependent_ms"] >= 2 * r["serial_ms"] * 0.99
+
+
+def test_all_gather_into_tensors_of_different_sizes_runs_as_with_nccl():
+    """A list all_gather whose members contribute different sizes is valid with NCCL (a coalesced broadcast of each
+    member's tensor); it was refused as mismatched collectives. The small tensors' values arrive, and the time is at
+    least what the bytes a rank receives take over its NVLink (physics, not the model's figure)."""
+    proc = phantora_run("--gpus-per-node", "2", "--no-trace", "--", "python", str(SCRIPTS / "uneven_gather.py"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = results(proc.stdout)
+    assert len(out) == 2
+    gpu = load_cluster("h100-hgx", nodes=1, gpus_per_node=2).gpu_spec()
+    for r in out:
+        assert r["values"] == [[0.0], [1.0, 1.0]]
+        assert r["ms"] * 1e-3 >= r["bytes_in"] / (gpu.nvlink_gbyte_per_s * 1e9)

@@ -38,7 +38,12 @@ class CollectivesMixin(EmissionMixin):
         if len(input_tensors) == 1 and len(output_tensors) == 1:
             for out in output_tensors[0]:
                 ROUTES.gathered(out, list(input_tensors))
-        work = self._collective("all_gather", _nbytes(input_tensors), result=output_tensors)
+        nbytes = _nbytes(input_tensors)
+        if len(output_tensors) == 1 and len({_nbytes(o) for o in output_tensors[0]}) > 1:
+            # outputs of different sizes: ProcessGroupNCCL broadcasts each member's tensor from it, coalesced into
+            # one launch; costed as the all-gather of their mean size, which every member computes the same
+            nbytes = -(-sum(_nbytes(o) for o in output_tensors[0]) // len(output_tensors[0]))
+        work = self._collective("all_gather", nbytes, result=output_tensors)
         if not (len(input_tensors) == 1 and len(output_tensors) == 1
                 and exchange.all_gather(self._info.gid, list(output_tensors[0]), list(input_tensors), work._event)):
             _forget(output_tensors)
