@@ -44,7 +44,8 @@ class DotProductAttention(TransformerEngineBaseModule):
         super().__init__()
         if cp_group is not None and _size(cp_group) > 1:
             raise NotModelled("transformer_engine.pytorch.DotProductAttention with context parallelism (cp_group) "
-                              "is not modelled")
+                              "is not modelled: run with a context-parallel size of 1 (Megatron's "
+                              "context_parallel_size, --context-parallel-size)")
         if window_size is not None and tuple(window_size) not in ((-1, -1), (-1, 0)):
             raise NotModelled(f"transformer_engine.pytorch.DotProductAttention(window_size={window_size}): "
                               f"sliding-window attention is not modelled")
@@ -65,7 +66,8 @@ class DotProductAttention(TransformerEngineBaseModule):
     def set_context_parallel_group(self, cp_group: Any, *args: Any, **kwargs: Any) -> None:
         if cp_group is not None and _size(cp_group) > 1:
             raise NotModelled("transformer_engine.pytorch.DotProductAttention with context parallelism is not "
-                              "modelled")
+                              "modelled: run with a context-parallel size of 1 (Megatron's context_parallel_size, "
+                              "--context-parallel-size)")
 
     def forward(self, query_layer: torch.Tensor, key_layer: torch.Tensor, value_layer: torch.Tensor,
                 attention_mask: Any = None, qkv_format: str | None = None, attn_mask_type: str | None = None,
