@@ -350,3 +350,16 @@ def test_a_dataset_reshuffled_from_an_earlier_run_s_cache_costs_the_same(tmp_pat
                                    env_extra=env)) for _ in range(2)]
     assert times[0] == times[1]
     assert times[0] > 0
+
+
+@pytest.mark.parametrize("mode, note", [("numpy", True), ("plain", False)])
+def test_work_in_built_in_code_the_counts_do_not_price_is_named(mode, note):
+    """numpy work on the main thread between GPU ops costs the host real time that the model, which prices Python
+    lines and dispatches, does not see (simulated ~0 ms for ~100 ms of work): the run says so, and its numbers stay
+    the counts' (they must not depend on this machine). A loop without such work gets no note."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PHANTORA_") and k != "PYTHONPATH"}
+    proc = subprocess.run([sys.executable, "-m", "phantora.cli", "run", "--gpus-per-node", "1", "--no-trace", "--",
+                           "python", str(ROOT / "tests" / "scripts" / "uncounted_work.py"), mode],
+                          capture_output=True, text=True, timeout=300, cwd=str(ROOT), env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert ("CPU work on this machine between two GPU ops" in proc.stdout + proc.stderr) is note, proc.stderr[-2000:]

@@ -123,6 +123,9 @@ class CpuMeter:
             elif frames:
                 loc.bias += frames
                 loc.bias_lines += frames + ENTRY_LINES
+            real = getattr(loc, "real", None)
+            if real is not None and _real_thread_time() - real > UNCOUNTED_S:
+                self._uncounted(loc, _real_thread_time() - real)
             return
         now = _real_thread_time()
         if loc.last is not None:
@@ -208,11 +211,31 @@ class CpuMeter:
         loc.bias_lines = 0
         loc.disp = 0
         loc.taken = [0, 0, 0, 0]
+        loc.real = None
         if self._on is not None:
             if loc.counts is None:
                 loc.counts = self._counts_of()
             loc.base = (loc.counts[0], loc.counts[1], loc.counts[2])
             self._on()
+
+    def _uncounted(self, loc, seconds: float) -> None:
+        """A stretch of the framework's own work that took this machine far more CPU than its counts price: work
+        in built-in code (numpy, PIL, a C extension), which the model prices per Python line and dispatch only. The
+        simulated numbers stay what the counts say (they must not depend on this machine); the user is told once,
+        for stretches after the first training step (a data set prepared at start-up delays no step)."""
+        from .fake import ITERATIONS
+        if not ITERATIONS[0] or self.costs is None or loc.counts is None:
+            return
+        c, base = loc.counts, loc.base
+        priced = self.costs.seconds(max(c[0] - base[0], 0), max(c[1] - base[1], 0), loc.disp, max(c[2] - base[2], 0))
+        if priced * 20 > seconds:
+            return
+        from .errors import note_once
+        note_once("uncounted", f"the program ran {seconds * 1e3:.0f} ms of CPU work on this machine between two GPU "
+                  f"ops that the host model prices at {priced * 1e3:.2f} ms: built-in code (numpy, PIL, a C "
+                  f"extension) is priced by the Python lines that call it, not by its own work. If the training "
+                  f"host runs such work on this thread, the simulated step is too fast; `--host-cpu measured` "
+                  f"times it on this machine (docs/host-cpu.md, \"Work the counts do not see\")")
 
     def exit(self) -> None:
         loc = self._loc()
@@ -220,10 +243,15 @@ class CpuMeter:
         if loc.depth <= 0:
             loc.depth = 0
             if self._on is not None:
+                loc.real = _real_thread_time()
                 self._on()                 # last: the framework's work is counted again
             else:
                 loc.last = _real_thread_time()
 
+
+UNCOUNTED_S = 0.05
+"""`model` mode: a stretch of the framework's work between two stub entries that takes this machine more CPU than
+this (seconds) and more than 20 times what its counts price gets a note (`CpuMeter._uncounted`)."""
 
 METER = CpuMeter()
 
