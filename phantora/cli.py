@@ -215,8 +215,11 @@ def _replay_options(fn):
                      help="Re-cost kernels from today's profiles even on the recorded GPU."),
         click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
                      help="Override any cluster field, e.g. net.inter_node_gbps=100."),
-        click.option("--algo", type=click.Choice(["ring", "tree"]), default=None, help="Force a collective algorithm."),
-        click.option("--proto", type=click.Choice(["LL", "LL128", "Simple"]), default=None, help="Force a protocol."),
+        click.option("--algo", type=click.Choice(["ring", "tree", "auto"]), default=None,
+                     help="Force a collective algorithm (default: the one the recorded run forced, if any; auto: "
+                          "NCCL's own choice)."),
+        click.option("--proto", type=click.Choice(["LL", "LL128", "Simple", "auto"]), default=None,
+                     help="Force a protocol (default: the one the recorded run forced, if any; auto: NCCL's own)."),
         click.option("--alloc-conf", default=None, metavar="CONF", callback=_alloc_conf,
                      help="Caching allocator settings to model, as PYTORCH_CUDA_ALLOC_CONF "
                           "(e.g. expandable_segments:True; default: the live run's)."),
@@ -294,6 +297,9 @@ def _fmt_result(r) -> str:
                      f"(allocator: {r.allocator or 'PyTorch defaults'})")
     if skewed(r.routing):
         lines.append(f"  expert routing assumed by the recorded run: {describe_routing(r.routing)}")
+    if r.recorded_choice:
+        lines.append(f"  collectives: {r.recorded_choice}, as the recorded run forced (--algo auto / --proto auto: "
+                     f"NCCL's own choice)")
     if r.forced:
         lines.append(f"  collectives: {r.forced}")
     return "\n".join(lines)

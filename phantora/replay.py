@@ -59,6 +59,7 @@ class ReplayResult:
     # model constants of the recorded cluster that its preset has changed since (replayed as recorded: preset_drift)
     preset_drift: list = field(default_factory=list)
     forced: str = ""                        # where --algo/--proto did not apply ("" = everywhere or not given)
+    recorded_choice: str = ""               # the --algo/--proto the recorded run forced and the replay kept
 
     @property
     def out_of_memory(self) -> bool:
@@ -92,6 +93,7 @@ class ReplayResult:
                 "mfu": self.mfu, "ops": self.n_ops, "wall_s": self.wall_s, "ops_per_s": self.ops_per_s,
                 "ooms": self.ooms, "out_of_memory": self.out_of_memory, "allocator": self.allocator,
                 "routing": self.routing, "recorded_problem": self.recorded_problem, "forced": self.forced,
+                "recorded_choice": self.recorded_choice,
                 "peak_reserved_bytes": {str(r): v for r, v in self.peak_reserved_bytes.items()},
                 "peak_allocated_bytes": {str(r): v for r, v in self.peak_allocated_bytes.items()},
                 **{k: v for k, v in self.summary.items() if isinstance(v, (int, float, str))}}
@@ -161,6 +163,7 @@ def replay(trace: str | Path, *, cluster: str | None = None, nodes: int | None =
 
     with TraceReader(trace) as reader:
         meta = reader.meta
+        algo, proto, kept = collective_choice(meta, algo, proto)
         problem = recorded_problem(reader)
         if problem is not None and not allow_incomplete:
             raise TraceError(f"{problem}; a replay would time only what the run did before it stopped (pass "
@@ -183,7 +186,7 @@ def replay(trace: str | Path, *, cluster: str | None = None, nodes: int | None =
         if out is not None:
             out_meta = {k: v for k, v in meta.items() if k not in ("created", "versions")}   # this run's own
             out_meta.update({"mode": "replay", "cluster": spec.to_table(), "gpu": spec.gpu,
-                             "replayed_from": str(trace)})
+                             "replayed_from": str(trace), "algo": algo, "proto": proto})
             writer = TraceWriter(out, out_meta, overwrite=overwrite)
             for name in reader.names:        # same string ids as the input
                 writer.add_string(name)
@@ -227,9 +230,24 @@ def replay(trace: str | Path, *, cluster: str | None = None, nodes: int | None =
     result.peak_allocated_bytes = {r: engine.ranks[r].allocator.allocated.peak for r in simulated}
     result.allocator = allocator.to_text()
     result.forced = forced_choice_text(engine.collectives, algo, proto)
+    result.recorded_choice = kept
     result.routing = meta.get("routing")
     recorder.engine = None   # engine and recorder refer to each other: let reference counting free them now
     return result
+
+
+def collective_choice(meta: dict, algo: str | None, proto: str | None) -> tuple[str | None, str | None, str]:
+    """The algorithm and protocol a replay forces: the given ones, else those the recorded run forced (its meta's
+    `algo` / `proto`), so that a replay on the recorded cluster reproduces the run; "auto": NCCL's own choice.
+    Also the recorded choice kept, in words ("" when none was)."""
+    kept = []
+    if algo is None and meta.get("algo"):
+        algo = meta["algo"]
+        kept.append(f"--algo {algo}")
+    if proto is None and meta.get("proto"):
+        proto = meta["proto"]
+        kept.append(f"--proto {proto}")
+    return (None if algo == "auto" else algo), (None if proto == "auto" else proto), " ".join(kept)
 
 
 def recorded_problem(reader) -> str | None:

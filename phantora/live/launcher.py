@@ -328,6 +328,7 @@ def _run_ranks(opts: RunOptions, argv: list[str], sig: _Signals, progress: Calla
                     tokens_per_iteration=opts.tokens_per_iteration, flops_per_token=opts.flops_per_token,
                     profile=opts.env.get("PHANTORA_PROFILE"),      # replay --recost costs from it again
                     allocator=allocator.to_text(), routing=opts.routing.as_meta(),
+                    algo=opts.algo, proto=opts.proto,             # what replay forces again by default
                     host_cpu={"mode": opts.host_cpu, **hostcpu.HostCosts.from_spec(spec.host).as_dict(),
                               **hostcpu.ConvertCosts.from_spec(spec.host).as_dict(),
                               "cpu_time_scale": spec.host.cpu_time_scale})

@@ -45,6 +45,9 @@ META_KEYS = {
                 "infer_dtype_ns, to_list_ns (absent in older traces), and cpu_time_scale (docs/host-cpu.md)",
     "routing": "dict: the expert routing a mixture-of-experts step assumed (phantora run --routing): kind "
                "('balanced', 'zipf', 'loads'), exponent (zipf), loads and source (loads)",
+    "algo": "str or null: the collective algorithm the run forced (phantora run / replay --algo; null: NCCL's "
+            "own choice; absent in older traces), which a replay forces again unless told otherwise",
+    "proto": "str or null: the NCCL protocol the run forced (--proto), likewise",
 }
 """Documented keys of the JSON object in `meta`; a trace may hold more, and readers ignore keys they do not know."""
 
