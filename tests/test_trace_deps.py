@@ -107,8 +107,10 @@ def test_incremental_flushes_give_the_same_table(tmp_path):
 
 def test_host_syncs_on_events_and_reused_event_ids(tmp_path):
     """A SYNC_EVENT depends on the record it waits for; an event id recorded twice links each wait to the latest
-    record before it; a wait on an event never recorded has no dependency."""
-    spec = load_cluster("h100-hgx")
+    record before it; a wait on an event never recorded has no dependency. (Kernels of the two streams side by side
+    at full speed: the order alone.)"""
+    spec = load_cluster("h100-hgx", overrides=tuple(f"streams.{k}=1" for k in (
+        "compute_beside_compute", "compute_beside_memory", "memory_beside_compute", "memory_beside_memory")))
     ops = [Op(K.KERNEL, stream=1, duration=3e-3), Op(K.EVENT_RECORD, stream=1, arg=5),        # 0, 1
            Op(K.STREAM_WAIT, stream=0, arg=5), Op(K.KERNEL, stream=0, duration=1e-3),       # 2, 3
            Op(K.KERNEL, stream=1, duration=2e-3), Op(K.EVENT_RECORD, stream=1, arg=5),      # 4, 5
