@@ -65,8 +65,9 @@ def build_trace(path, seed=0):
             spec.append(dict(kind=OpKind.STREAM_WAIT, stream=0, arg=3, start=2.7e-3, end=2.7e-3))
             spec.append(dict(kind=OpKind.ALLOC, arg=1, nbytes=1000, mem_delta=1000, start=2.8e-3, end=2.8e-3))
             spec.append(dict(kind=OpKind.FREE, arg=1, mem_delta=-400, start=2.9e-3, end=2.9e-3))
+            # the host issues the mark ahead of the GPU, whose work ends later; then a host sync
+            spec.append(dict(kind=OpKind.ITER_MARK, issue=2.95e-3, start=2.95e-3, end=3.1e-3))
             spec.append(dict(kind=OpKind.SYNC_DEVICE, issue=3e-3, start=3e-3, end=3.2e-3))
-            spec.append(dict(kind=OpKind.ITER_MARK, issue=3.2e-3, start=3.2e-3, end=3.2e-3))
             rows = S.empty_ops(len(spec))
             for i, d in enumerate(spec):
                 d = dict(d)
@@ -246,7 +247,10 @@ def test_cpu_thread_and_memory_counter(exported):
         assert ns(sync[0]["dur"]) == round(row["end"] * 1e9) - round(row["issue"] * 1e9)
         launches = [e for e in mine if e.get("cat") == "launch"]
         assert len(launches) == int(np.isin(table["kind"], [int(k) for k in S.GPU_KINDS]).sum())
-        assert sum(e.get("cat") == "iteration" for e in mine) == 1
+        marks = [e for e in mine if e.get("cat") == "iteration"]
+        mark = table[table["kind"] == int(OpKind.ITER_MARK)][0]
+        # at the iteration's end, the GPU's completion (what inspect and replay time), not the host's issue
+        assert len(marks) == 1 and ns(marks[0]["ts"]) == round(mark["end"] * 1e9)
         memory = [e["args"]["allocated_bytes"] for e in mine if e["ph"] == "C"]
         assert memory == np.cumsum(table["mem_delta"][table["mem_delta"] != 0]).tolist()
     assert not any(e["ph"] in ("C", "i") or e.get("cat") == "sync" for e in doc_gz["traceEvents"])

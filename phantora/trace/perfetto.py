@@ -302,8 +302,11 @@ class _Exporter:
             elif k == _ITER_MARK:
                 iteration += 1
                 if self.cpu:
+                    # at the iteration's end (the GPU's completion of its work: what inspect and replay time), the
+                    # host's issue of the mark in its args
                     lines.append(f'{{"name":"iteration {iteration}","cat":"iteration","ph":"i","s":"p",'
-                                 f'"ts":{issue_ts[i]},"pid":{rank},"tid":{CPU_TID},"args":{{"op":{i}}}}}')
+                                 f'"ts":{us(end_ns[i])},"pid":{rank},"tid":{CPU_TID},'
+                                 f'"args":{{"op":{i},"issued_us":{issue_ts[i]}}}}}')
             delta = mem_deltas[i]
             if delta and self.memory:
                 mem += delta
