@@ -222,7 +222,9 @@ def replay(trace: str | Path, *, cluster: str | None = None, nodes: int | None =
     result.ooms = ooms
     result.recorded_problem = problem
     if cluster is None:
-        result.preset_drift = preset_drift(spec, tuple(o.split("=", 1)[0].strip() for o in overrides))
+        # the user's --set now and the recorded run's own (meta `overrides`) are not the preset's changes
+        result.preset_drift = preset_drift(spec, tuple(o.split("=", 1)[0].strip() for o in overrides)
+                                           + tuple(meta.get("overrides") or ()))
     result.summary = _flat_summary({"ranks": [summarize_ops(recorder.rows(r), names, np.asarray(marks[r]))
                                               for r in simulated]})
     result.kernel_time_by_source = [kernel_time_by_source(recorder.rows(r)) for r in simulated]

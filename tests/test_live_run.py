@@ -770,6 +770,8 @@ def test_replay_forces_the_collective_choice_the_live_run_forced(tmp_path):
     live = json.loads(js.read_text())["iterations_s"]
     again = replay(trace)
     assert again.recorded_choice == "--proto LL"
+    # the run's own --set (host.cpu_time_scale=0) is not a change of the preset since the trace
+    assert again.preset_drift == [], again.preset_drift
     np.testing.assert_allclose(again.iterations_s, live, rtol=1e-12)
     auto = replay(trace, proto="auto")
     assert auto.recorded_choice == "" and auto.iteration_s != pytest.approx(again.iteration_s, rel=1e-3)

@@ -299,7 +299,7 @@ def run_cmd(cluster, nodes, gpus_per_node, gpu, overrides, ranks, pp_degree, tra
         opts = RunOptions(program=list(program), spec=spec, plan=plan, trace=trace_path, overwrite=overwrite,
                           tokens_per_iteration=tokens_per_iteration, flops_per_token=flops_per_token,
                           hang_timeout_s=hang_timeout, algo=algo, proto=proto, quiet_ranks=quiet, host_cpu=host_cpu,
-                          local_rank_arg=local_rank_arg, routing=routing,
+                          local_rank_arg=local_rank_arg, routing=routing, overrides=tuple(overrides),
                           env={"PHANTORA_PROFILE": str(Path(profile).resolve())} if profile else {})
     except PhantoraError as exc:
         raise click.ClickException(str(exc)) from None

@@ -106,6 +106,7 @@ class RunOptions:
     flops_per_token: float | None = None
     hang_timeout_s: float = 300.0
     env: dict[str, str] = field(default_factory=dict)
+    overrides: tuple = ()                       # the cluster fields the user set (--set KEY=VALUE), for the meta
     cwd: str | None = None
     algo: str | None = None
     proto: str | None = None
@@ -329,6 +330,7 @@ def _run_ranks(opts: RunOptions, argv: list[str], sig: _Signals, progress: Calla
                     profile=opts.env.get("PHANTORA_PROFILE"),      # replay --recost costs from it again
                     allocator=allocator.to_text(), routing=opts.routing.as_meta(),
                     algo=opts.algo, proto=opts.proto,             # what replay forces again by default
+                    overrides=[o.split("=", 1)[0].strip() for o in opts.overrides],  # not the preset's drift
                     host_cpu={"mode": opts.host_cpu, **hostcpu.HostCosts.from_spec(spec.host).as_dict(),
                               **hostcpu.ConvertCosts.from_spec(spec.host).as_dict(),
                               "cpu_time_scale": spec.host.cpu_time_scale})

@@ -48,6 +48,8 @@ META_KEYS = {
     "algo": "str or null: the collective algorithm the run forced (phantora run / replay --algo; null: NCCL's "
             "own choice; absent in older traces), which a replay forces again unless told otherwise",
     "proto": "str or null: the NCCL protocol the run forced (--proto), likewise",
+    "overrides": "list[str]: the cluster fields the live run's --set changed (absent in older traces), which a "
+                 "replay's note on model constants changed since does not attribute to the preset",
 }
 """Documented keys of the JSON object in `meta`; a trace may hold more, and readers ignore keys they do not know."""
 
