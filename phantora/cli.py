@@ -342,10 +342,15 @@ def replay_cmd(trace, cluster, nodes, gpus_per_node, gpu, profile, recost, overr
       phantora replay run.h5 --set net.inter_node_gbps=100
       phantora replay run.h5 --cluster a100-hgx --nodes 2 --gpu a100-sxm-80gb --out a100.h5
     """
-    from .replay import replay
+    from .replay import live_only, replay
 
     if out is not None:
         not_the_input(out, trace, "'--out'")
+    inert = live_only(overrides)
+    if inert:
+        click.echo(f"note: --set {', '.join(inert)}: only a live run applies {'these' if len(inert) > 1 else 'this'} "
+                   f"(the ranks' software, host compute and conversion prices); the replay keeps what the trace "
+                   f"recorded: run phantora run with it instead", err=True)
     with _read_errors(trace):
         r = replay(trace, cluster=cluster, nodes=nodes, gpus_per_node=gpus_per_node, gpu=gpu, profile=profile,
                    overrides=tuple(overrides), out=out, algo=algo, proto=proto, recost=recost, alloc_conf=alloc_conf,
@@ -394,6 +399,11 @@ def sweep_cmd(trace, vary, cluster, nodes, gpus_per_node, gpu, profile, recost, 
     vals = [v for v in values.split(",") if v]
     if not vals:
         raise PhantoraError(f"--vary {vary!r} gives no value: KEY=V1,V2,...")
+    from .replay import live_only
+    if live_only([key]):
+        raise PhantoraError(f"--vary {key}: only a live run applies it (the ranks' software, host compute and "
+                            f"conversion prices), so every replay would give the trace's own figures; run phantora "
+                            f"run with --set {key}=... once per value instead")
     plot_target(plot)
     from .replay import matching_cluster
     from .trace.reader import TraceReader

@@ -238,6 +238,19 @@ def replay(trace: str | Path, *, cluster: str | None = None, nodes: int | None =
     return result
 
 
+LIVE_ONLY = ("software.", "host.cpu_cores", "host.to_tensor_ns", "host.infer_dtype_ns", "host.to_list_ns",
+             "host.copy_gbps", "host.downcast_gbps", "host.upcast_gbps", "host.elementwise_gbps",
+             "host.reduction_gbps", "host.cpu_adam_gbps")
+"""Cluster fields only a live run applies: the software the ranks load, and the prices of host compute on large host
+tensors and of conversions, which a trace keeps as recorded durations (docs/host-cpu.md)."""
+
+
+def live_only(overrides) -> list[str]:
+    """The keys of `--set KEY=VALUE` overrides that a replay cannot apply (`LIVE_ONLY`)."""
+    keys = [o.split("=", 1)[0].strip() for o in overrides]
+    return [k for k in keys if any(k == p or (p.endswith(".") and k.startswith(p)) for p in LIVE_ONLY)]
+
+
 def collective_choice(meta: dict, algo: str | None, proto: str | None) -> tuple[str | None, str | None, str]:
     """The algorithm and protocol a replay forces: the given ones, else those the recorded run forced (its meta's
     `algo` / `proto`), so that a replay on the recorded cluster reproduces the run; "auto": NCCL's own choice.

@@ -381,3 +381,17 @@ def test_a_forced_algorithm_says_where_it_did_not_apply(trace):
     assert replay(path, algo="ring").forced == ""
     res = CliRunner().invoke(main, ["replay", str(path), "--algo", "tree"])
     assert res.exit_code == 0 and "kept NCCL's own choice" in res.output, res.output
+
+
+def test_fields_only_a_live_run_applies_are_named_not_silently_ignored(trace):
+    """The ranks' software, host-compute rates and conversion prices reach a run through its ranks; a replay keeps
+    the durations the trace recorded. `replay --set host.cpu_cores=1` says so, and a sweep over such a field, whose
+    rows would all read the trace's figures as "no sensitivity", is refused naming the field."""
+    path, _ = trace
+    res = CliRunner().invoke(main, ["replay", str(path), "--set", "host.cpu_cores=1", "--set",
+                                    "net.inter_node_gbps=100"])
+    assert res.exit_code == 0 and "note: --set host.cpu_cores: only a live run applies this" in res.output, res.output
+    res = CliRunner().invoke(main, ["sweep", str(path), "--vary", "host.cpu_cores=1,64"])
+    assert res.exit_code != 0 and "--vary host.cpu_cores: only a live run applies it" in res.output, res.output
+    res = CliRunner().invoke(main, ["replay", str(path), "--set", "net.inter_node_gbps=100"])
+    assert "only a live run" not in res.output
