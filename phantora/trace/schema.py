@@ -91,7 +91,7 @@ COLL_DTYPE = np.dtype([
     ("proto", "<u4"),          # string index: Simple, LL, LL128, ...
     ("start", "<f8"),          # s, time the collective started (the last member arrived)
     ("end", "<f8"),            # s, time the collective finished
-    ("ranks_arrived", "<i4"),  # members that reached it (less than the group size if the run stopped first)
+    ("ranks_arrived", "<i4"),  # the group's simulated members (all reached it; mirrored ranks not counted)
 ])
 """One row per collective (or point-to-point transfer) instance, shared by all ranks taking part."""
 
