@@ -251,6 +251,20 @@ def test_cache_replays_and_sees_a_changed_network(tmp_path):
     assert (slower.mode, live.calls) == ("replay", 1)
     assert slower.iteration_s > again.iteration_s
 
+    # a damaged summary (not a live run's) is no cache: the case runs live again
+    summary = runner.folder(case) / "summary.json"
+    kept = summary.read_text()
+    summary.write_text("{}")
+    assert not runner.cached(case)
+    summary.write_text(kept)
+    # a damaged trace fails the case, naming the way out
+    trace = runner.folder(case) / "trace.h5"
+    data = trace.read_bytes()
+    trace.write_bytes(data[: len(data) // 3])
+    with pytest.raises(CaseFailed, match="--rerun runs the case live again"):
+        runner(case)
+    trace.write_bytes(data)
+
     changed = record_from_table({**RECORD, "workload": {**RECORD["workload"], "seq_len": 512}})
     case2 = Case(id=rec.id, suite=rec.suite, record=changed, cluster=str(cluster), nodes=2, command=["train"])
     assert not runner.cached(case2)

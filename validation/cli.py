@@ -161,6 +161,14 @@ def main(suite, case_ids, jobs, cache, rerun, workdir, timeout_s, report, as_jso
             remove_if_empty(workdir)
         click.echo(f"Error: {exc}", err=True)
         sys.exit(2)
+    except KeyboardInterrupt:
+        # as `phantora run` on SIGINT: 128 + 2, not the status of a case above --max-error. A case's cache entry
+        # is written last (case.json), so an interrupted case runs live again next time.
+        if made:
+            remove_if_empty(workdir)
+        click.echo("phantora-validate: interrupted (SIGINT); the cases finished before it are kept in the cache",
+                   err=True)
+        sys.exit(130)
     sys.exit(status)
 
 

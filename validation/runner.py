@@ -239,8 +239,13 @@ class CachedRunner:
             key = json.loads((d / "case.json").read_text())
         except (OSError, json.JSONDecodeError):
             return False
-        return key == json.loads(json.dumps(case_key(case))) and (d / "trace.h5").exists() and \
-            (d / "summary.json").exists()
+        if key != json.loads(json.dumps(case_key(case))) or not (d / "trace.h5").exists():
+            return False
+        try:                       # a live run's summary (RunSummary.as_dict), not a damaged file
+            summary = json.loads((d / "summary.json").read_text())
+        except (OSError, json.JSONDecodeError):
+            return False
+        return isinstance(summary, dict) and "oom" in summary and "iteration_s" in summary
 
     def __call__(self, case: Case, workdir: Path | None = None) -> SimResult:
         d = self.folder(case)
@@ -265,8 +270,11 @@ class CachedRunner:
             return base
         t0 = time.perf_counter()
         # today's profiles, and the allocator the case's launcher sets up
-        rr = replay(trace, cluster=case.cluster, nodes=case.nodes, recost=True,
-                    alloc_conf=AllocatorConfig.from_env(case.env).to_text())
+        try:
+            rr = replay(trace, cluster=case.cluster, nodes=case.nodes, recost=True,
+                        alloc_conf=AllocatorConfig.from_env(case.env).to_text())
+        except PhantoraError as exc:
+            raise CaseFailed(f"{exc} (the cached trace of {d}: --rerun runs the case live again)") from None
         base.wall_s = time.perf_counter() - t0
         # the replay re-costed every kernel: its sources, not the live run's
         base.cost_sources = source_shares(rr.kernel_time_by_source)
