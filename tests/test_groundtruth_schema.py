@@ -61,6 +61,13 @@ def test_parallel_degrees_must_multiply_to_the_gpu_count():
         record_from_table(t)
 
 
+def test_a_measurement_cannot_be_dated_in_the_future():
+    t = _table()
+    t["source"]["date"] = "2099-01-01"
+    with pytest.raises(PresetError, match="source.date.*future|future.*source.date"):
+        record_from_table(t)
+
+
 def test_global_batch_must_be_a_multiple_of_the_data_parallel_batch():
     t = _table()
     t["workload"]["global_batch"] = 300          # 128 GPUs × local batch 2 = 256 per step

@@ -241,6 +241,10 @@ def test_template_is_toml_for_every_framework_and_refuses_bad_names():
         errors = [line for line in out.output.splitlines() if line.startswith("Error:")]
         assert len(errors) == 1 and option in errors[0], out.output
     assert 'suite = "a\\"b"' in template('a"b') and tomllib.loads(template('a"b'))["suite"] == 'a"b'
+    # without --framework: the framework of the suite's records (the reference workload's for `local`)
+    for suite, framework in (("local", "phantora-llama"), ("deepspeed", "deepspeed")):
+        out = CliRunner().invoke(groundtruth, ["new", "--suite", suite])
+        assert tomllib.loads(out.output)["workload"]["framework"] == framework
 
 
 def test_cli_submit_and_list(tmp_path, root):

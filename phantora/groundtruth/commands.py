@@ -27,9 +27,9 @@ def _suite_name(ctx, param, value):
 @groundtruth.command("new")
 @click.option("--suite", default="local", show_default=True, callback=_suite_name,
               help="Suite the record will belong to.")
-@click.option("--framework", default="torchtitan", show_default=True, type=click.Choice(RECORD_FRAMEWORKS),
-              help="Framework of the workload.")
-def new_cmd(suite: str, framework: str) -> None:
+@click.option("--framework", default=None, type=click.Choice(RECORD_FRAMEWORKS),
+              help="Framework of the workload (default: that of the suite's records, else torchtitan).")
+def new_cmd(suite: str, framework: str | None) -> None:
     """Print a commented record template.
 
     \b
@@ -37,6 +37,15 @@ def new_cmd(suite: str, framework: str) -> None:
       phantora groundtruth new --suite local > my-run.toml
     """
     from .template import template
+    if framework is None:
+        from collections import Counter
+
+        from .store import load_suite
+        try:
+            seen = Counter(rec.workload.framework for _, rec in load_suite(suite))
+        except Exception:  # noqa: BLE001 - a suite with a bad record: the plain default
+            seen = Counter()
+        framework = seen.most_common(1)[0][0] if seen else "torchtitan"
     click.echo(template(suite, framework), nl=False)
 
 

@@ -34,9 +34,12 @@ OTHER_TASK_METRICS = ("iteration_s", "memory_gib", "memory_allocated_gib")
 
 def _check_date(value: str, key: str) -> None:
     try:
-        _dt.date.fromisoformat(value)
+        day = _dt.date.fromisoformat(value)
     except ValueError:
         raise PresetError(f"'{value}' is not a date YYYY-MM-DD", key=key) from None
+    # a measurement, a publication or a simulation has happened: a day's margin for time zones
+    if day > _dt.datetime.now(_dt.timezone.utc).date() + _dt.timedelta(days=1):
+        raise PresetError(f"'{value}' is in the future: give the day it happened", key=key)
 
 
 @dataclass
