@@ -71,6 +71,11 @@ def net_bench(cluster, nodes, gpus_per_node, ops, min_bytes, max_bytes, step_fac
 
     size_list = _bench_sizes(min_bytes, max_bytes, step_factor)
     spec = load_cluster(cluster, nodes=nodes, gpus_per_node=gpus_per_node, overrides=overrides)
+    for option, value, enabled, key in (("--algo", algo, spec.nccl.algorithms, "nccl.algorithms"),
+                                        ("--proto", proto, spec.nccl.protocols, "nccl.protocols")):
+        if value and value not in enabled:      # as NCCL_ALGO naming an algorithm the build leaves out
+            raise PhantoraError(f"{option} {value}: the cluster's {key} does not enable it ({', '.join(enabled)}); "
+                                f"enable it with --set or drop {option}")
     if algo or proto:
         spec.nccl.algorithms = [algo] if algo else spec.nccl.algorithms
         spec.nccl.protocols = [proto] if proto else spec.nccl.protocols

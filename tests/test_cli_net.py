@@ -32,3 +32,11 @@ def test_net_bench_table_has_nccl_tests_columns():
 def test_bad_preset_is_a_clean_error():
     res = CliRunner().invoke(main, ["net", "bench", "--cluster", "nope"])
     assert res.exit_code != 0 and "unknown cluster preset" in res.output and "Traceback" not in res.output
+
+
+def test_a_forced_algorithm_the_cluster_does_not_enable_is_refused():
+    """`--algo tree` with `--set nccl.algorithms=["ring"]` ran tree, the algorithm the user had disabled; NCCL does
+    not run an algorithm its build leaves out. The message names both options."""
+    res = CliRunner().invoke(main, ["net", "bench", "--cluster", "h100-hgx", "--set", 'nccl.algorithms=["ring"]',
+                                    "--algo", "tree", "--op", "all_reduce", "-b", "1M", "-e", "1M"])
+    assert res.exit_code == 1 and "--algo tree" in res.output and "nccl.algorithms" in res.output, res.output
