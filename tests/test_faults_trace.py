@@ -276,7 +276,7 @@ def test_replay_that_runs_out_of_memory_says_so_and_exits_3(good, tmp_path):
     d = json.loads(res.stdout)
     assert d["out_of_memory"] and d["ooms"]
     for o in d["ooms"]:
-        assert o["rank"] in (0, 1) and o["capacity_bytes"] == int(vram_gib * GIB)
+        assert o["rank"] in (0, 1) and 0 <= int(vram_gib * GIB) - o["capacity_bytes"] < 2**16   # a driver's 64 KiB
         # it failed: the request did not fit beside what the allocator and the process outside it held
         held = o.get("outside_bytes", 0)
         assert o["requested_bytes"] + o["reserved_bytes"] + held > o["capacity_bytes"]

@@ -146,7 +146,9 @@ def test_a_launch_starts_after_the_host_issued_it_and_lasts_its_cost():
     rt.wait(Op(OpKind.SYNC_DEVICE))
     for (start, end), op, t in zip(rt.op_times, rt.ops, issued):
         assert start >= t * (1 - 1e-12)                          # no kernel runs before the host launched it
-        assert end - start == pytest.approx(op.duration)          # and it runs exactly its cost
+        # and it runs its cost, longer only while a kernel of the other stream shares the GPU (docs/cost-model.md,
+        # "Streams of one GPU": at most the largest [streams] factor over the time they overlap)
+        assert op.duration * (1 - 1e-9) <= end - start <= op.duration * 3.47 * (1 + 1e-9)
 
 
 def test_one_stream_runs_in_program_order_while_the_host_runs_ahead():
