@@ -353,3 +353,12 @@ def test_a_collective_and_the_kernels_beside_it_slow_each_other_by_the_measured_
     # ... and the compute stream finishes later by each kernel's overlapped time times its factor less one
     assert eng.ranks[0].cpu == pytest.approx(max(kernels[-1][5] + delay, eng.collectives[0]["end"]), rel=1e-9)
     assert off_eng.ranks[0].cpu == pytest.approx(max(kernels[-1][5], ce), rel=1e-9)
+
+
+def test_kernels_kept_for_streams_side_by_side_do_not_grow_with_the_run():
+    """The engine keeps recent kernels to find those of other streams they overlap; a one-stream program (most)
+    must not keep every kernel it ever ran (50,000 here, each ≥ streams.min_us)."""
+    spec = load_cluster("h100-hgx")
+    ops = [Op(K.KERNEL, duration=1e-4, cpu_delta=2e-4) for _ in range(50_000)] + [Op(K.SYNC_DEVICE)]
+    eng, _ = run(spec, {0: ops}, simulated=[0])
+    assert sum(len(v) for v in eng.ranks[0].side.values()) <= 64

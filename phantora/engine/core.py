@@ -680,15 +680,15 @@ class Engine:
         alone_end = end
         floor = None
         for k_sid, entries in side.items():
-            if k_sid == sid or not entries:
-                continue
-            if len(entries) > 32:
+            if len(entries) > 32:       # every stream's list, this one's too (a one-stream program's would only grow)
                 if floor is None:
                     # a later kernel starts at or after its stream's tail and its own issue (a queued one's is known;
                     # one issued later, at or after this one's): what ended before that meets nothing more
                     floor = min(max(s.tail, s.pending[0][2] if s.pending else issue) for s in rs.streams.values())
                 while entries and entries[0][1] <= floor:
                     entries.popleft()
+            if k_sid == sid or not entries:
+                continue
             for i, k in enumerate(entries):
                 k_start, k_end, k_alone, k_slowed, k_compute = k
                 if k_start >= alone_end:
