@@ -124,8 +124,10 @@ class CpuMeter:
                 loc.bias += frames
                 loc.bias_lines += frames + ENTRY_LINES
             real = getattr(loc, "real", None)
-            if real is not None and _real_thread_time() - real > UNCOUNTED_S:
-                self._uncounted(loc, _real_thread_time() - real)
+            if real is not None:
+                spent = _real_thread_time() - real
+                if spent > UNCOUNTED_S:
+                    self._uncounted(loc, spent)
             return
         now = _real_thread_time()
         if loc.last is not None:
