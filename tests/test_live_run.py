@@ -68,6 +68,7 @@ def test_torchrun_environment_and_values_across_ranks(tmp_path):
         assert r["gathered"] == [2.0 * k for k in range(world)]
         assert r["ids_ok"] is True                   # a long integer id list (DeepSpeed ZeRO-3's) keeps its values
         assert r["floats_from_root"] == 0.0          # a long float tensor holds no values: placeholders
+        assert r["a2a"] == [k * 100 + r["rank"] for k in range(world)]    # chunk r of every rank's list
 
 
 def test_ops_on_large_host_tensors_cost_their_bytes_at_the_host_rates():

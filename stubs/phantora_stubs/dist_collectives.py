@@ -3,7 +3,7 @@ stream, nothing travels.
 
 all_reduce, all_gather incl. the single-tensor and coalesced forms, reduce_scatter likewise, broadcast, reduce,
 all_to_all, barrier; gather / scatter are point-to-point batches as NCCL does them. Real values travel where they
-exist (exchange.py): small tensors with known values through all_reduce, broadcast and all_gather. Tensors on a
+exist (exchange.py): small tensors with known values through all_reduce, broadcast, all_gather and all_to_all. Tensors on a
 device the group has no backend for are refused first, as c10d refuses them (a CPU tensor on an NCCL-only group).
 """
 
@@ -109,10 +109,13 @@ class CollectivesMixin(EmissionMixin):
 
     def alltoall(self, output_tensors, input_tensors, opts=None):
         self._check_backend_device(output_tensors, input_tensors)
-        _forget(output_tensors)
         send = [_nbytes([t]) for t in input_tensors]
         recv = [_nbytes([t]) for t in output_tensors]
-        return self._all_to_all(_nbytes(input_tensors), send, recv, output_tensors)[0]
+        work, collective = self._all_to_all(_nbytes(input_tensors), send, recv, output_tensors)
+        if not (collective and exchange.all_to_all(self._info.gid, list(output_tensors), list(input_tensors),
+                                                   self._rank, work._event)):
+            _forget(output_tensors)
+        return work
 
     def all_to_all_single(self, output, input, output_split_sizes=None, input_split_sizes=None, opts=None):
         self._check_backend_device(output, input)

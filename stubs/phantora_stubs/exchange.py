@@ -136,6 +136,21 @@ def broadcast(gid: int, tensors: list[torch.Tensor], root: int, me: int, event: 
 def all_gather(gid: int, outputs: list[torch.Tensor], inputs: list[torch.Tensor], event: int | None) -> bool:
     """outputs[i] receives member i's input (list form) — one input tensor. Whether the outputs' values were
     settled (known, or forgotten as unknown); False, leaving them, for tensors too big to carry."""
+    return _gather_list(gid, outputs, inputs, 0, event)
+
+
+def all_to_all(gid: int, outputs: list[torch.Tensor], inputs: list[torch.Tensor], me: int,
+               event: int | None) -> bool:
+    """outputs[i] receives member i's inputs[me] (list form: one input and one output tensor per member). Whether
+    the outputs' values were settled, as `all_gather`."""
+    if len(inputs) != len(outputs):
+        return False
+    return _gather_list(gid, outputs, inputs, me, event)
+
+
+def _gather_list(gid: int, outputs: list[torch.Tensor], inputs: list[torch.Tensor], chunk: int,
+                 event: int | None) -> bool:
+    """outputs[i] receives member i's inputs[chunk]."""
     if not _small(inputs) or not _small(outputs):
         return False
     payload = _payload(inputs)
@@ -143,10 +158,10 @@ def all_gather(gid: int, outputs: list[torch.Tensor], inputs: list[torch.Tensor]
         _store(outputs, None)
         return True
     members = _exchange(gid, "gather", payload, event)
-    if any(m is None for m in members):
+    if len(members) != len(outputs) or any(m is None or len(m) <= chunk for m in members):
         _store(outputs, None)
         return True
-    _store(outputs, [m[0] for m in members])
+    _store(outputs, [m[chunk] for m in members])
     return True
 
 

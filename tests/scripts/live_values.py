@@ -23,9 +23,14 @@ ids = torch.tensor(list(range(1000)) if rank == 0 else [-1] * 1000, dtype=torch.
 dist.broadcast(ids, src=0)
 floats = torch.full((1000,), float(rank + 1), device="cuda")
 dist.broadcast(floats, src=0)
+# list-form all_to_all: what rank r sends to rank j is r * 100 + j; rank j receives [r * 100 + j for every r]
+a2a_in = [torch.tensor([rank * 100 + j], dtype=torch.int64, device="cuda") for j in range(world)]
+a2a_out = [torch.empty(1, dtype=torch.int64, device="cuda") for _ in range(world)]
+dist.all_to_all(a2a_out, a2a_in)
 env = {k: os.environ.get(k) for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
                                       "MASTER_PORT", "GROUP_RANK")}
 print("RESULT " + json.dumps({"rank": rank, "world": world, "sum": s.item(), "max": m.item(), "objs": objs,
                               "bcast": b, "gathered": g.tolist(), "env": env,
-                              "ids_ok": ids.tolist() == list(range(1000)), "floats_from_root": floats[0].item()}), flush=True)
+                              "ids_ok": ids.tolist() == list(range(1000)), "floats_from_root": floats[0].item(),
+                              "a2a": [t.item() for t in a2a_out]}), flush=True)
 dist.destroy_process_group()
