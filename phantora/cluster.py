@@ -112,6 +112,9 @@ def host_rates_env(host: "HostSpec") -> str:
 class HostSpec:
     """The CPU side of each rank (docs/host-cpu.md)."""
     launch_overhead_us: float = 4.0        # CPU time the runtime spends per kernel launch
+    # launches a CUDA stream holds; the next launch blocks the host until the stream's oldest completes (0: no limit;
+    # measured on an H200, driver 580: groundtruth/streams/README.md, "The launch queue")
+    launch_queue: int = 1022
     cpu_time_scale: float = 1.0            # the framework's CPU time between ops is multiplied by this
     # prices of the modelled host CPU (phantora/hostcpu.py), per unit of work counted between two ops
     # (groundtruth/hostcpu/fit-h200x2.json: on that data a call's cost is in the lines it runs, and built-in calls
@@ -149,6 +152,7 @@ class HostSpec:
             check_number(getattr(self, key), f"host.{key}", nonnegative=True)
         check_number(self.cpu_time_scale, "host.cpu_time_scale", nonnegative=True)
         check_number(self.cpu_cores, "host.cpu_cores", positive=True)
+        check_number(self.launch_queue, "host.launch_queue", nonnegative=True)
         for key in HOST_RATE_TABLES:
             check_rate_table(getattr(self, key), f"host.{key}")
 

@@ -230,6 +230,7 @@ def rank_environment(opts: RunOptions, server: EngineServer, rank: int, port: in
         "PHANTORA_LAUNCH_OVERHEAD_US": repr(spec.host.launch_overhead_us),
         "PHANTORA_CPU_TIME_SCALE": repr(spec.host.cpu_time_scale),
         "PHANTORA_COMPILED_HOST_US": f"{spec.host.generated_launch_us!r},{spec.host.compiled_call_us!r}",
+        "PHANTORA_LAUNCH_QUEUE": str(spec.host.launch_queue),
         "PHANTORA_HOST_MEMORY_GBPS": host_rates_env(spec.host),
         "PHANTORA_HOST_CPU_CORES": str(spec.host.cpu_cores),
         "PHANTORA_DEVICE_MEMORY": devmem.spec_env(spec.device_memory),
@@ -476,10 +477,11 @@ def _check_processes(server: EngineServer, procs: dict[int, _Proc], hang_s: floa
             if not server.ranks[r].finished:
                 return f"rank {r} {_early_exit(server.ranks[r])}", r
     waiting = [lr for lr in server.ranks.values() if lr.awaiting is not None or lr.exchange is not None
-               or lr.take is not None]
+               or lr.take is not None or lr.asks_now]
     if waiting:
         for r, lr in server.ranks.items():
-            if lr.finished or lr.awaiting is not None or lr.exchange is not None or lr.take is not None:
+            if lr.finished or lr.awaiting is not None or lr.exchange is not None or lr.take is not None \
+                    or lr.asks_now:
                 continue
             if now - lr.last_message > hang_s:
                 return (f"rank {r} made no progress for {hang_s:.0f} s while rank(s) "

@@ -102,6 +102,7 @@ class LiveRank:
     event_queries: list[tuple[int, bool]] = field(default_factory=list)   # (event id, a completion query)
     exchange: tuple | None = None                  # (gid, seq) the rank waits on
     take: tuple | None = None                      # key of point-to-point objects the rank waits for
+    asks_now: bool = False                         # waits for its CPU time once every op it sent is issued
     sync_time: float | None = None                 # its blocking op completed at this time; the value is pending
     value: Any = None
     has_value: bool = False
@@ -234,6 +235,8 @@ class EngineServer:
             self._write_groups()
         elif tag == "device":
             self._check_device(lr.rank, msg[1], msg[2])
+        elif tag == "now":
+            lr.asks_now = True
         elif tag == "event":
             lr.event_queries.append((msg[1], bool(msg[2]) if len(msg) > 2 else False))
         elif tag == "exchange":
@@ -322,6 +325,7 @@ class EngineServer:
         except SimulationError as exc:
             raise LiveRunError(str(exc)) from None
         self._answer_events()
+        self._answer_now()
         self._answer_exchanges()
         self._answer_takes()
         self._deliver_values()
@@ -366,6 +370,16 @@ class EngineServer:
                 else:
                     pending.append((eid, query))
             lr.event_queries = pending
+
+    def _answer_now(self) -> None:
+        """A rank's CPU time once the engine has issued every op it sent: its launches onto full streams waited
+        there (Engine._run_rank), which the rank cannot know alone (stubs/phantora_stubs/remote.py)."""
+        for lr in self.ranks.values():
+            if lr.asks_now:
+                rs = self.engine.ranks[lr.rank]
+                if rs.waiting is None and not rs.queue:
+                    lr.asks_now = False
+                    self._replies.append((lr, ("time", rs.cpu)))
 
     def _answer_exchanges(self) -> None:
         for key in list(self._exchanges):
@@ -423,7 +437,7 @@ class EngineServer:
         if not live or self.connected < len(self.ranks):
             return
         if all(lr.awaiting is not None or lr.exchange is not None or lr.take is not None or lr.has_value
-               for lr in live):
+               or lr.asks_now for lr in live):
             raise LiveRunError(self.stuck_report())
 
     def stuck_report(self) -> str:
