@@ -9,6 +9,9 @@ Checks, against the framework's own behaviour and physics rather than recorded n
 - PP 2 with interleaving (`batch_p2p_comm` on) and full recompute runs to the end, and every pipeline rank's
   program is complete in the trace;
 - the workload's own step times are the simulated iteration times;
+- with `--torch-fsdp2` (Megatron-core's TorchFullyShardedDataParallel, PyTorch's FSDP2) over DP 2: every parameter's
+  gradient reduce-scattered once per step, every parameter gathered for forward and at most once more for backward,
+  and the optimizer's gradient norm over each rank's own shards covering each parameter element once;
 - with the Transformer Engine stand-in (`--transformer-engine`), Megatron's TE layer spec with sequence parallelism:
   the same gradient-norm coverage (through TE's multi-tensor L2 norm), and per step exactly the collectives of
   Megatron's and TE's sequence-parallel design, with the bytes of the activations they move.
@@ -134,6 +137,49 @@ def test_tp_dp_distributed_optimizer_norms_and_reductions_cover_the_model(tmp_pa
     with TraceReader(path) as t:
         sim = np.diff(t.iterations(0))
     assert abs(steps[-1] - sim[-1]) <= 0.02 * sim[-1]
+
+
+def test_torch_fsdp2_shards_gradients_and_optimizer_over_dp(tmp_path, stub_cache):
+    """Megatron-core's TorchFullyShardedDataParallel (PyTorch's FSDP2; Megatron-LM's --use-torch-fsdp2) over DP 2:
+    it shards the GPTModel with DeviceMesh.from_group on Megatron's DP group and runs every step to the end. Per step,
+    every parameter's bf16 gradient is reduce-scattered over DP once (the preset's dimensions are even: FSDP2 pads
+    no shard), every parameter is all-gathered for forward and at most once more for backward (a gather's input is
+    a rank's half), nothing as large as a gradient is all-reduced, and Megatron's optimizer norms each rank's own
+    shards, so the elements normed over the two ranks are the model's parameters, each once."""
+    steps = 3
+    proc, path, summary = phantora_run(tmp_path, 2, "--torch-fsdp2", "--steps", str(steps), "--seq", "256",
+                                       cache=stub_cache)
+    params, _ = preset_params()
+    assert summary["params"] == params
+    grad_bytes = params * 2                                   # bf16 parameters (Float16Module), bf16 gradients
+    with TraceReader(path) as t:
+        assert t.meta["complete_simulation"] is True
+        normed = 0
+        for r in t.ranks:
+            its = t.iterations(r)
+            assert len(its) == steps, (r, its)
+            lo, hi = its[0], its[1]
+            dp = [0, 1]
+            assert collective_bytes(t, r, "reduce_scatter", lo, hi, dp) == grad_bytes, r
+            gathered = 2 * collective_bytes(t, r, "all_gather", lo, hi, dp)     # two ranks' halves
+            assert grad_bytes <= gathered <= 2 * grad_bytes, (r, gathered, grad_bytes)
+            assert max(collectives_of(t, r, "all_reduce", lo, hi), default=0) < grad_bytes // 100, r
+            normed += norm_elements(t, r, lo, hi)
+        assert normed == params
+        sim = np.diff(t.iterations(0))
+    steps_s = summary["step_times_s"]
+    assert abs(steps_s[-1] - sim[-1]) <= 0.02 * sim[-1]
+
+
+def test_torch_fsdp2_refuses_the_options_of_megatrons_ddp():
+    spec = importlib.util.spec_from_file_location("megatron_gpt_args", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    for flag in ("--distributed-optimizer", "--overlap-grad-reduce"):
+        with pytest.raises(mod.UsageError, match=flag):
+            mod.parse_args(["--torch-fsdp2", flag])
+    assert mod.parse_args(["--torch-fsdp2"]).torch_fsdp2
 
 
 def test_parameter_attributes_survive_cuda_and_float16(tmp_path, stub_cache):

@@ -139,7 +139,8 @@ class Workload:
     torch_version: str = ""        # release or commit of PyTorch
     optimizer: str = ""            # e.g. "AdamW"
     # framework settings the fields above do not cover, named as the framework's workload command takes them
-    # (Megatron-core: vpp, distributed_optimizer, overlap_grad_reduce, overlap_param_gather, sequence_parallel)
+    # (Megatron-core: vpp, distributed_optimizer, overlap_grad_reduce, overlap_param_gather, sequence_parallel,
+    # torch_fsdp2)
     options: dict[str, bool | int | str] = field(default_factory=dict)
     task: str = ""                 # "" (a language model) or "other" (see TASKS above)
 

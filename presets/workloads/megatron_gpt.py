@@ -13,7 +13,9 @@ under `phantora run`. What it does, with Megatron-core's own pieces only:
   `get_gpt_layer_with_transformer_engine_spec()` (`--spec te`, needs Transformer Engine: under `phantora run`,
   `--transformer-engine 2.9`);
 - bf16 through `Float16Module`, Megatron's `DistributedDataParallel` (`--overlap-grad-reduce`,
-  `--overlap-param-gather`) and `get_megatron_optimizer` (Adam, `--distributed-optimizer`, `--clip-grad`);
+  `--overlap-param-gather`) or, with `--torch-fsdp2`, its `TorchFullyShardedDataParallel` (PyTorch's FSDP2, as
+  Megatron-LM's `--use-torch-fsdp2` wires it), and `get_megatron_optimizer` (Adam, `--distributed-optimizer`,
+  `--clip-grad`);
 - `get_forward_backward_func()`: no pipelining, 1F1B, or interleaved 1F1B with `--vpp N`;
 - `--recompute none|full|selective`, `--sequence-parallel` (with the TE spec);
 - random tokens; rank 0 prints one line per step and a final `SUMMARY {json}` line (the same keys as
@@ -109,6 +111,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--overlap-grad-reduce", action="store_true", help="overlap the DP gradient reduction")
     p.add_argument("--overlap-param-gather", action="store_true",
                    help="overlap the parameter all-gather (with --distributed-optimizer)")
+    p.add_argument("--torch-fsdp2", action="store_true",
+                   help="shard parameters, gradients and optimizer state over DP with PyTorch's FSDP2 through "
+                        "Megatron-core's TorchFullyShardedDataParallel (Megatron-LM's --use-torch-fsdp2) in place of "
+                        "its DistributedDataParallel")
     p.add_argument("--clip-grad", type=float, default=1.0, help="gradient clipping norm (0 disables)")
     p.add_argument("--spec", choices=("local", "te"), default="local",
                    help="layer spec: Megatron-core's own modules, or Transformer Engine's")
@@ -137,6 +143,12 @@ def parse_args(argv=None) -> argparse.Namespace:
                          "grouped_gemm package)")
     if args.overlap_param_gather and not args.distributed_optimizer:
         raise UsageError("--overlap-param-gather needs --distributed-optimizer")
+    if args.torch_fsdp2:
+        ddp_only = [f"--{n.replace('_', '-')}" for n in ("distributed_optimizer", "overlap_grad_reduce")
+                    if getattr(args, n)]
+        if ddp_only:
+            raise UsageError(f"--torch-fsdp2 shards with FSDP2: {', '.join(ddp_only)} belong to Megatron's "
+                             f"DistributedDataParallel and its buffers")
     return args
 
 
@@ -175,7 +187,11 @@ def build_model(args, a: ModelArgs, moe: MoEShape):
         attention_dropout=0.0, bf16=True, params_dtype=torch.bfloat16, pipeline_dtype=torch.bfloat16,
         tensor_model_parallel_size=args.tp, pipeline_model_parallel_size=args.pp,
         virtual_pipeline_model_parallel_size=args.vpp, sequence_parallel=args.sequence_parallel,
-        batch_p2p_comm=not args.no_batch_p2p, variable_seq_lengths=False, **recompute, **moe_config(args, moe))
+        batch_p2p_comm=not args.no_batch_p2p, variable_seq_lengths=False,
+        # as Megatron-LM's --transformer-impl sets it with the spec; TorchFullyShardedDataParallel reads it (with
+        # "local" it does not shard Megatron's own linear layers apart from the transformer layers holding them)
+        transformer_impl="local" if args.spec == "local" else "transformer_engine",
+        **recompute, **moe_config(args, moe))
     if args.spec == "te":
         if importlib.util.find_spec("transformer_engine") is None:
             raise UsageError("--spec te needs Transformer Engine (under phantora run: --transformer-engine 2.9)")
@@ -210,9 +226,28 @@ def moe_config(args, moe: MoEShape) -> dict:
                 moe_router_load_balancing_type="aux_loss", moe_aux_loss_coeff=1e-2)
 
 
+def fsdp2_wrapper():
+    """Megatron-core's TorchFullyShardedDataParallel. In 0.16.1 its `finish_grad_sync` takes no argument while
+    `finalize_model_grads` passes `force_all_reduce` (a TypeError at the first step, on GPUs too; later releases
+    take it): accepted here. There is nothing to finish: FSDP2 reduce-scatters the gradients in its backward hooks."""
+    import inspect
+
+    from megatron.core.distributed import TorchFullyShardedDataParallel
+
+    if "force_all_reduce" in inspect.signature(TorchFullyShardedDataParallel.finish_grad_sync).parameters:
+        return TorchFullyShardedDataParallel
+
+    class TorchFSDP2(TorchFullyShardedDataParallel):
+        def finish_grad_sync(self, force_all_reduce: bool = False):
+            return super().finish_grad_sync()
+
+    return TorchFSDP2
+
+
 def train(args, a: ModelArgs, moe: MoEShape, dp: int, rank: int, local_rank: int) -> None:
     from megatron.core import parallel_state as ps
-    from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
+    from megatron.core.distributed import (DistributedDataParallel, DistributedDataParallelConfig,
+                                           TorchFullyShardedDataParallelConfig)
     from megatron.core.distributed.finalize_model_grads import finalize_model_grads
     from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
     from megatron.core.pipeline_parallel.schedules import get_forward_backward_func
@@ -226,15 +261,17 @@ def train(args, a: ModelArgs, moe: MoEShape, dp: int, rank: int, local_rank: int
     model_parallel_cuda_manual_seed(args.seed)
 
     config, chunks = build_model(args, a, moe)
-    ddp_config = DistributedDataParallelConfig(
-        grad_reduce_in_fp32=True, overlap_grad_reduce=args.overlap_grad_reduce,
-        overlap_param_gather=args.overlap_param_gather, use_distributed_optimizer=args.distributed_optimizer)
+    if args.torch_fsdp2:
+        wrapper, ddp_config = fsdp2_wrapper(), TorchFullyShardedDataParallelConfig(reshard_after_forward=True)
+    else:
+        wrapper, ddp_config = DistributedDataParallel, DistributedDataParallelConfig(
+            grad_reduce_in_fp32=True, overlap_grad_reduce=args.overlap_grad_reduce,
+            overlap_param_gather=args.overlap_param_gather, use_distributed_optimizer=args.distributed_optimizer)
     model = []
     for i, chunk in enumerate(chunks):
         chunk.cuda(torch.cuda.current_device())
         chunk = Float16Module(config, chunk)
-        model.append(DistributedDataParallel(config=config, ddp_config=ddp_config, module=chunk,
-                                             disable_bucketing=i > 0))
+        model.append(wrapper(config=config, ddp_config=ddp_config, module=chunk, disable_bucketing=i > 0))
     optimizer = get_megatron_optimizer(
         OptimizerConfig(optimizer="adam", lr=args.lr, weight_decay=0.1, adam_beta1=0.9, adam_beta2=0.95, bf16=True,
                         params_dtype=torch.bfloat16, use_distributed_optimizer=args.distributed_optimizer,
@@ -332,6 +369,7 @@ def train(args, a: ModelArgs, moe: MoEShape, dp: int, rank: int, local_rank: int
                               "distributed_optimizer": args.distributed_optimizer,
                               "overlap_grad_reduce": args.overlap_grad_reduce,
                               "overlap_param_gather": args.overlap_param_gather, "clip_grad": args.clip_grad,
+                              "torch_fsdp2": args.torch_fsdp2,
                               "spec": args.spec, "steps": args.steps, "ep": args.ep,
                               "num_experts": moe.num_experts, "moe_grouped_gemm": args.moe_grouped_gemm})
         write_summary(summary, args.json_out)

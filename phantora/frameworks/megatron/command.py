@@ -19,6 +19,7 @@ OPTIONS = {
     "overlap_grad_reduce": ("--overlap-grad-reduce", "bool"),
     "overlap_param_gather": ("--overlap-param-gather", "bool"),
     "sequence_parallel": ("--sequence-parallel", "bool"),
+    "torch_fsdp2": ("--torch-fsdp2", "bool"),
     "spec": ("--spec", "str"),
 }
 
