@@ -36,7 +36,7 @@ MODEL = "llama-tiny"
 def phantora_run(tmp: Path, gpus: int, *args: str, cache: Path, run_args: tuple[str, ...] = (),
                  model: str = MODEL, env_extra: dict | None = None) -> tuple[Path, dict]:
     env = dict(os.environ)
-    env.pop("PYTHONPATH", None)
+    env["PYTHONPATH"] = str(ROOT)        # this tree's phantora and stubs, whichever copy is installed
     env["XDG_CACHE_HOME"] = str(cache)
     env.update(env_extra or {})
     trace = tmp / "t.h5"
@@ -128,7 +128,7 @@ def test_non_llm_workloads_train_with_one_iteration_per_step(tmp_path, stub_cach
     if needs and importlib.util.find_spec(needs) is None:
         pytest.skip(f"{needs} is not installed")
     env = dict(os.environ)
-    env.pop("PYTHONPATH", None)
+    env["PYTHONPATH"] = str(ROOT)        # this tree's phantora and stubs, whichever copy is installed
     env["XDG_CACHE_HOME"] = str(stub_cache)
     trace, summary = tmp_path / "t.h5", tmp_path / "s.json"
     proc = subprocess.run([sys.executable, "-m", "phantora.cli", "run", "--gpus-per-node", "2", "--trace", str(trace),

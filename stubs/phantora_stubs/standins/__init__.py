@@ -6,9 +6,9 @@ installed by an import hook when the framework's module is imported (never impor
 costed like the kernels it stands for: it issues the torch ops that read and write the same tensors, or charges the
 host time of a host loop. `HOOKS` maps a framework module to the function that patches it.
 
-- `deepspeed.py`: DeepSpeed's compiled ops (FusedAdam, FusedLamb, the CPU optimizers of ZeRO-Offload),
-  its engine's optimizer step as the iteration boundary (and its optimizers' state initialization as none), its
-  PipelineModule's stage checked against `--ranks auto` (docs/deepspeed.md).
+- `deepspeed.py`: DeepSpeed's compiled ops (FusedAdam, FusedLamb, the CPU optimizers of ZeRO-Offload, ZeRO++'s
+  quantizer), its engine's optimizer step as the iteration boundary (and its optimizers' state initialization as
+  none), its PipelineModule's stage checked against `--ranks auto` (docs/deepspeed.md).
 - `megatron.py`: Megatron-core's optimizer step (chained or not) as the iteration boundary, its parallel state's
   pipeline stage checked against `--ranks auto`.
 - `kernels.py`: the torch ops that stand for the fused optimizers' multi-tensor kernels, shared by the above.

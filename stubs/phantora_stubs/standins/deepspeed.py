@@ -1,8 +1,8 @@
 """Stand-ins for DeepSpeed's compiled ops, so that DeepSpeed's default choices run in a simulated rank.
 
 On a GPU machine DeepSpeed compiles its CUDA and C++ extensions on first use (`OpBuilder.load()`: FusedAdam,
-FusedLamb, the CPU optimizers of ZeRO-Offload). A rank has no CUDA toolkit, and a compiled kernel would
-run on tensors that hold no data, so `install()` (run once `deepspeed.ops.op_builder.builder` is imported; standins/__init__.py) makes
+FusedLamb, the CPU optimizers of ZeRO-Offload, ZeRO++'s quantizer). A rank has no CUDA toolkit, and a compiled kernel
+would run on tensors that hold no data, so `install()` (run once `deepspeed.ops.op_builder.builder` is imported; standins/__init__.py) makes
 `OpBuilder.load()` return a stand-in module for the ops below. Each stand-in issues the torch ops that read and write
 the same tensors as the kernel it replaces, so the cost model costs the same memory traffic:
 
@@ -11,14 +11,21 @@ the same tensors as the kernel it replaces, so the cost model costs the same mem
 | fused_adam | `multi_tensor_adam` (g, p, m, v read; p, m, v written) | `torch._fused_adam_` / `torch._fused_adamw_` |
 | fused_lamb | `lamb` (Adam's update plus the norms of p and of the update) | `torch._fused_adamw_` and `torch._foreach_norm` |
 | cpu_adam, cpu_adagrad, cpu_lion | AVX loops over fp32 host tensors | host time from the host preset (`cpu_adam_gbps`) |
+| quantizer: quantize, swizzle_quant | fp16 read; int8, fp32 group scales written | group inf-norm, cast to int8 |
+| quantizer: dequantize | int8 values and scales read, fp16 written | `mul(out=fp16)` by the group's scale |
+| quantizer: quantized_reduction | the node's int8 slices and scales read, one written | `sum(dtype=int8)`, `amax` |
+
+(4 bits: two values a byte, packed by a `sum(dtype=int8)` of pairs, unpacked by a stride-0 broadcast of each byte.)
 
 The CPU optimizers' tensors are fake host tensors; their step is charged to the rank's host clock: the bytes the loop
-moves over the host preset's `cpu_adam_gbps` at the rank's threads (host_compute.py, docs/deepspeed.md). Any other compiled op fails with an
-error naming it, rather than compiling.
+moves over the host preset's `cpu_adam_gbps` at the rank's threads (host_compute.py, docs/deepspeed.md). The quantizer
+stands in for the four functions ZeRO++ calls, symmetric only; its other functions fail with an error naming them.
+Any other compiled op fails with an error naming it, rather than compiling.
 """
 
 from __future__ import annotations
 
+import enum
 import types
 from typing import Any
 
@@ -28,6 +35,10 @@ from . import kernels
 # (7 x 4); Adagrad p, g, v read and p, v written (5 x 4); Lion p, g, m read and p, m written (5 x 4).
 # FusedLion (GPU) has no stand-in: torch has no fused kernel of its traffic that runs on fake tensors.
 HOST_BYTES_PER_ELEMENT = {"adam": 28, "adagrad": 20, "lion": 20}
+
+
+class NoStandIn(RuntimeError):
+    pass
 
 
 def _fused_adam_module() -> types.ModuleType:
@@ -82,17 +93,101 @@ def _cpu_optimizer_module(kind: str) -> types.ModuleType:
     return mod
 
 
+class QuantizationType(enum.IntEnum):
+    """The kernels' `quantize::Type` (exported by the extension as `QuantizationType`, `Symmetric`, `Asymmetric`)."""
+    Symmetric = 0
+    Asymmetric = 1
+
+
+def _quantizer_module() -> types.ModuleType:
+    """The ops of DeepSpeed's quantizer extension (csrc/quantization/pt_binding.cpp) that ZeRO++ calls: `quantize`
+    and `dequantize` (qwZ, the weights' all-gathers, `CUDAQuantizer`), `swizzle_quant` and `quantized_reduction`
+    (qgZ, `all_to_all_quant_reduce`); symmetric quantization only, as ZeRO++ uses it. Their outputs have the kernels'
+    shapes and dtypes: int8 values (two 4-bit values a byte) and one fp32 scale per group."""
+    import torch
+    mod = types.ModuleType("phantora_quantizer")
+
+    def symmetric(op: str, quant_type) -> None:
+        if int(quant_type) != QuantizationType.Symmetric:
+            raise NoStandIn(f"DeepSpeed op 'quantizer': {op} with {QuantizationType(int(quant_type)).name} "
+                            f"quantization has no stand-in (symmetric only, as ZeRO++ uses it); see docs/deepspeed.md")
+
+    def grouped(t, groups):
+        """t's values as (groups, values per group), a remainder the kernels' integer division leaves out."""
+        flat, g = t.reshape(-1), int(groups)
+        per = flat.numel() // g
+        return flat[:per * g].view(g, per)
+
+    def group_absmax(x, groups):
+        """One fp32 scale per group (the kernels' `{groups, 1}` params): a reduction reading the values once."""
+        return torch.linalg.vector_norm(grouped(x, groups), ord=float("inf"), dim=1, keepdim=True,
+                                        dtype=torch.float32)
+
+    def pack(x, bits: int):
+        """The int8 values, flat: a cast writing a byte per value (8 bits), a sum of pairs writing a byte per two
+        values (4 bits); the input read once."""
+        if bits == 8:
+            return x.reshape(-1).to(torch.int8)
+        if bits == 4:
+            return x.reshape(-1, 2).sum(dim=1, dtype=torch.int8)
+        raise NoStandIn(f"DeepSpeed op 'quantizer': {bits}-bit quantization has no stand-in (8 and 4 bits)")
+
+    def quantize(input_vals, groups, num_bits, quant_type):
+        symmetric("quantize", quant_type)
+        sizes = list(input_vals.shape)
+        sizes[-1] //= 8 // int(num_bits)
+        return [pack(input_vals, int(num_bits)).view(sizes), group_absmax(input_vals, groups)]
+
+    def dequantize(quantized_data, params, groups, num_bits, quant_type):
+        """fp16 values = int8 values x their group's scale, written once (two values per byte read at 4 bits)."""
+        symmetric("dequantize", quant_type)
+        per_byte = 8 // int(num_bits)
+        sizes = list(quantized_data.shape)
+        sizes[-1] *= per_byte
+        out = torch.empty(sizes, dtype=torch.float16, device=quantized_data.device)
+        g = int(groups)
+        values = quantized_data.reshape(g, -1, 1).expand(g, -1, per_byte)      # stride 0: each byte read once
+        torch.mul(values, params.reshape(g, 1, 1), out=out.view(g, -1, per_byte))
+        return out
+
+    def swizzle_quant(input_vals, groups, num_bits, quant_type, pipeline_size, nodes, devices_per_node):
+        """Quantized in the order of the two all-to-alls (the order costs nothing more): flat int8, fp32 scales."""
+        symmetric("swizzle_quant", quant_type)
+        return [pack(input_vals, int(num_bits)), group_absmax(input_vals, groups)]
+
+    def quantized_reduction(input_vals, input_scales, in_groups, out_groups, num_bits, quant_type, devices_per_node):
+        """The sum of the node's `devices_per_node` received slices, quantized again: each input byte read once,
+        one output byte per `devices_per_node`; the scales likewise."""
+        symmetric("quantized_reduction", quant_type)
+        dpn = int(devices_per_node)
+        sizes = list(input_vals.shape)
+        sizes[-1] //= dpn
+        vals = input_vals.reshape(dpn, -1).sum(dim=0, dtype=torch.int8).view(sizes)
+        return [vals, grouped(input_scales, out_groups).amax(dim=1, keepdim=True)]
+
+    def missing(name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise NoStandIn(f"DeepSpeed op 'quantizer': function {name!r} of the compiled extension has no stand-in "
+                        f"(stand-ins: dequantize, quantize, quantized_reduction, swizzle_quant: ZeRO++'s); see "
+                        f"docs/deepspeed.md")
+
+    for fn in (quantize, dequantize, swizzle_quant, quantized_reduction):
+        setattr(mod, fn.__name__, fn)
+    mod.QuantizationType = QuantizationType
+    mod.Symmetric, mod.Asymmetric = QuantizationType.Symmetric, QuantizationType.Asymmetric
+    mod.__getattr__ = missing
+    return mod
+
+
 STAND_INS = {
     "fused_adam": _fused_adam_module,
     "fused_lamb": _fused_lamb_module,
     "cpu_adam": lambda: _cpu_optimizer_module("adam"),
     "cpu_adagrad": lambda: _cpu_optimizer_module("adagrad"),
     "cpu_lion": lambda: _cpu_optimizer_module("lion"),
+    "quantizer": _quantizer_module,
 }
-
-
-class NoStandIn(RuntimeError):
-    pass
 
 
 def install(builder_module: Any) -> None:
