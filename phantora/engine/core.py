@@ -84,7 +84,7 @@ class _Mark:
 
 
 class _Stream:
-    __slots__ = ("sid", "tail", "blocked", "pending", "launched", "ends")
+    __slots__ = ("sid", "tail", "blocked", "pending", "launched", "ends", "freed")
 
     def __init__(self, sid: int, t: float, depth: int = 1):
         self.sid = sid
@@ -93,6 +93,16 @@ class _Stream:
         self.pending: deque = deque()
         self.launched = 0                       # launches issued (kernels, copies, collectives)
         self.ends: deque = deque(maxlen=depth)  # completion times of launches no later launch has waited for yet
+        self.freed = 0                          # launches a later launch has waited for (taken from `ends`)
+
+    def completed_by(self, t: float) -> int:
+        """How many of the stream's launches are known to have completed by time `t` (in launch order)."""
+        n = self.freed
+        for end in self.ends:
+            if end > t:
+                break
+            n += 1
+        return n
 
 
 class _Rank:
@@ -362,6 +372,7 @@ class Engine:
                         rs.waiting = ("queue", st)
                         return
                     e = ends.popleft()
+                    st.freed += 1
                     if e > cpu:
                         cpu = e
                 st.launched += 1

@@ -379,7 +379,10 @@ class EngineServer:
                 rs = self.engine.ranks[lr.rank]
                 if rs.waiting is None and not rs.queue:
                     lr.asks_now = False
-                    self._replies.append((lr, ("time", rs.cpu)))
+                    # with how many launches of each stream are known complete by then: a later launch that only
+                    # needs one of those cannot wait, and the rank need not ask again for it
+                    done = {sid: st.completed_by(rs.cpu) for sid, st in rs.streams.items()}
+                    self._replies.append((lr, ("now", (rs.cpu, done))))
 
     def _answer_exchanges(self) -> None:
         for key in list(self._exchanges):
