@@ -168,3 +168,37 @@ def test_a_live_rank_reads_the_time_its_launches_waited(tmp_path):
     # the first steps run at the host's pace, the last ones at the GPU's: 100 GEMMs each
     assert steps[0] < 50 * gemm
     assert steps[-1] == pytest.approx(100 * gemm, rel=0.02)
+
+
+def test_only_threads_that_issue_ops_ask_the_engine_for_their_time(monkeypatch):
+    """A rank's connection to the engine belongs to the threads that issue ops: a thread that issues none (tqdm's
+    monitor, a logger) reading the clock must not send on it, or its question and the main thread's answers cross
+    (a live run hung so). The issuing thread asks after a launch that may have waited."""
+    import sys
+    import threading
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "stubs"))
+    from phantora_stubs import remote
+
+    class Conn:
+        def __init__(self):
+            self.sent = []
+
+        def send(self, msg):
+            self.sent.append(msg[0])
+
+        def recv(self):
+            return ("now", (1.0, {0: 0}))
+
+    conn = Conn()
+    monkeypatch.setattr(remote, "Client", lambda *a, **k: conn)
+    rt = remote.RemoteRuntime("unix:///nowhere", b"k", rank=0, world_size=1, local_rank=0, capacity_bytes=1 << 30,
+                              launch_overhead_s=0.0, launch_queue=2)
+    for _ in range(3):                                  # the third launch needs the first: not known complete
+        rt.submit(Op(K.KERNEL, stream=0, duration=1e-3))
+    seen = []
+    reader = threading.Thread(target=lambda: seen.append(rt.now()))
+    reader.start()
+    reader.join()
+    assert "now" not in conn.sent                       # the other thread read the clock as it stands
+    assert rt.now() == 1.0 and conn.sent[-1] == "now"   # the main thread asked, and took the engine's time

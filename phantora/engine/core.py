@@ -6,10 +6,10 @@ one shared network, so concurrent collectives contend; point-to-point sends and 
 
 Time management is conservative. A rank's CPU runs ahead freely (issuing kernels only queues work) and stops at host
 syncs, and at a launch onto a stream that holds `[host] launch_queue` launches: that launch waits until the stream's
-oldest launch completes, as a CUDA host does. When every rank is stopped, or starved of input in a live run, the earliest pending network event is safe to
-process: any later submission happens at or after the time of the event that unblocks it, and a starved rank can
-submit nothing earlier than its CPU clock. Results therefore never depend on the order in which ranks report, and
-ties are broken by sequence numbers: the engine is deterministic.
+oldest launch completes, as a CUDA host does. When every rank is stopped, or starved of input in a live run, the
+earliest pending network event is safe to process: any later submission happens at or after the time of the event
+that unblocks it, and a starved rank can submit nothing earlier than its CPU clock. Results therefore never depend
+on the order in which ranks report, and ties are broken by sequence numbers: the engine is deterministic.
 
 Representative ranks: only some ranks may be simulated; `rank_map[r]` names the simulated rank that rank r mirrors.
 Groups holding a simulated rank rendezvous over their simulated members and carry every member's flows. Groups with no
