@@ -69,6 +69,10 @@ def test_torchrun_environment_and_values_across_ranks(tmp_path):
         assert r["ids_ok"] is True                   # a long integer id list (DeepSpeed ZeRO-3's) keeps its values
         assert r["floats_from_root"] == 0.0          # a long float tensor holds no values: placeholders
         assert r["a2a"] == [k * 100 + r["rank"] for k in range(world)]    # chunk r of every rank's list
+        # unequal sizes: rank k sent rank r r + 1 copies of k * 100 + r, in every form
+        expect = [[k * 100 + r["rank"]] * (r["rank"] + 1) for k in range(world)]
+        assert r["uneven"] == expect
+        assert r["single"] == r["functional"] == [v for chunk in expect for v in chunk]
 
 
 def test_ops_on_large_host_tensors_cost_their_bytes_at_the_host_rates():

@@ -7,8 +7,9 @@ does the simulation: GROUP_START, a SEND of the bytes for each peer and a RECV o
 GROUP_END; the engine starts every transfer of the group together on the network, where they share the links
 max-min fairly and the group ends with its slowest pair. An all-to-all of equal chunks (no split sizes, or split
 sizes all equal, as the balanced routing gives) is one COLLECTIVE, costed by the network model's pairwise
-all-to-all, the same pattern (tests/test_alltoall_uneven.py holds the two to the same time); only such a one
-carries small known values (exchange.py), since values are combined per collective. The chunk a rank keeps for
+all-to-all, the same pattern (tests/test_alltoall_uneven.py holds the two to the same time). Small known values
+travel either way (exchange.py): combined per collective for equal chunks, pair by pair for the group of transfers
+(`exchange.all_to_all_uneven`). The chunk a rank keeps for
 itself is a local copy inside NCCL, not a transfer: it is not emitted.
 
 The same function serves the process group's methods (dist_collectives.py) and the functional collective

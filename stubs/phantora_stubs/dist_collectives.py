@@ -112,8 +112,11 @@ class CollectivesMixin(EmissionMixin):
         send = [_nbytes([t]) for t in input_tensors]
         recv = [_nbytes([t]) for t in output_tensors]
         work, collective = self._all_to_all(_nbytes(input_tensors), send, recv, output_tensors)
-        if not (collective and exchange.all_to_all(self._info.gid, list(output_tensors), list(input_tensors),
-                                                   self._rank, work._event)):
+        if not collective:
+            exchange.all_to_all_uneven(self._info.gid, self._info.ranks, self._rank, list(output_tensors),
+                                       list(input_tensors))
+        elif not exchange.all_to_all(self._info.gid, list(output_tensors), list(input_tensors), self._rank,
+                                     work._event):
             _forget(output_tensors)
         return work
 
@@ -125,8 +128,11 @@ class CollectivesMixin(EmissionMixin):
         send = alltoall.split_bytes(_nbytes(input), input.shape[0] if input.dim() else 0, input_split_sizes, n)
         recv = alltoall.split_bytes(_nbytes(output), output.shape[0] if output.dim() else 0, output_split_sizes, n)
         work, collective = self._all_to_all(_nbytes(input), send, recv, [output])
-        if not (collective and exchange.all_to_all_into(self._info.gid, output, input, input_split_sizes, self._rank,
-                                                        work._event)):
+        if not collective:
+            exchange.all_to_all_uneven_into(self._info.gid, self._info.ranks, self._rank, output, input,
+                                            input_split_sizes, output_split_sizes)
+        elif not exchange.all_to_all_into(self._info.gid, output, input, input_split_sizes, self._rank,
+                                          work._event):
             _forget(output)
         return work
 

@@ -24,7 +24,7 @@ from phantora.engine.ops import Op, OpKind
 
 from . import context
 from .clock import METER
-from .values import VALUES, small_enough
+from .values import SMALL_INT_NUMEL, SMALL_NUMEL, VALUES, small_enough
 
 
 def _small(tensors: list[torch.Tensor]) -> bool:
@@ -211,6 +211,98 @@ def all_to_all_into(gid: int, output: torch.Tensor, input: torch.Tensor, in_spli
     return True
 
 
+def _travels(numel: int, dtype: torch.dtype) -> bool:
+    """Whether one peer's chunk of an all-to-all of unequal sizes carries its value: a non-empty chunk within
+    `values.small_buffer`'s limits. Sender and receiver decide alike: the chunk one sends is the one the other
+    receives, of the same element count and dtype."""
+    if numel <= 0:
+        return False
+    if numel <= SMALL_NUMEL:
+        return True
+    return numel <= SMALL_INT_NUMEL and not (dtype.is_floating_point or dtype.is_complex)
+
+
+def _swap_chunks(gid: int, ranks: list[int], me: int, send: list[tuple[int, torch.dtype, Any]],
+                 recv: list[tuple[int, torch.dtype]]) -> list:
+    """The chunks of an all-to-all of unequal sizes (a group of sends and receives, alltoall.py), pair by pair:
+    `send[p]` = (elements, dtype, value or None) of the chunk for group rank p, `recv[p]` = (elements, dtype) of
+    the chunk from p. Each travelling chunk (`_travels`) is posted for its receiver, then each one due is taken
+    from its sender. Returns the received chunks' values: this rank's own chunk as it sends it, an empty array
+    for an empty chunk, None for one that is unknown or too large to travel.
+
+    Taking a value does not make the host wait for the transfers (unlike the collectives' exchange): a read of
+    the output does, as on a GPU (`.tolist()`, `.item()` download it after the transfers on its stream)."""
+    import numpy as np
+    ctx = context.get()
+    out: list = []
+    METER.enter()
+    try:
+        for p, (numel, dtype, value) in enumerate(send):
+            if p != me and _travels(numel, dtype):
+                ctx.runtime.put_object(_p2p_key(gid, ranks[me], ranks[p], "all_to_all"), value)
+        for p, (numel, dtype) in enumerate(recv):
+            if p == me:
+                out.append(send[me][2])
+            elif numel <= 0:
+                out.append(np.zeros(0, dtype=np.float32))
+            elif not _travels(numel, dtype):
+                out.append(None)
+            else:
+                sync = Op(OpKind.SYNC_EVENT, stream=ctx.dev.stream(), arg=-1, cpu_delta=METER.claim())
+                found, value = ctx.runtime.take_object(_p2p_key(gid, ranks[p], ranks[me], "all_to_all"), sync)
+                out.append(value if found else None)
+    finally:
+        METER.exit()
+    return out
+
+
+def _value_of(t: torch.Tensor) -> Any:
+    v = _payload([t]) if _small([t]) else None
+    return None if v is None else v[0]
+
+
+def all_to_all_uneven(gid: int, ranks: list[int], me: int, outputs: list[torch.Tensor],
+                      inputs: list[torch.Tensor]) -> None:
+    """The list form of an all-to-all of tensors of different sizes: outputs[p] receives member p's inputs[me]."""
+    if len(inputs) != len(ranks) or len(outputs) != len(ranks):
+        for t in outputs:
+            VALUES.drop(t)
+        return
+    got = _swap_chunks(gid, ranks, me, [(t.numel(), t.dtype, _value_of(t)) for t in inputs],
+                       [(t.numel(), t.dtype) for t in outputs])
+    for t, value in zip(outputs, got):
+        if value is None or not small_enough(t) or value.size != t.numel():
+            VALUES.drop(t)
+        else:
+            _store([t], [value])
+
+
+def all_to_all_uneven_into(gid: int, ranks: list[int], me: int, output: torch.Tensor, input: torch.Tensor,
+                           in_splits, out_splits) -> None:
+    """An all-to-all of one tensor with unequal split sizes along dim 0: output = chunk `me` of every member's
+    input, in member order."""
+    import numpy as np
+    n = len(ranks)
+
+    def chunks(t: torch.Tensor, splits) -> list[int]:
+        rows = t.shape[0] if t.dim() else 0
+        row = t.numel() // rows if rows else 0
+        return [int(s) * row for s in splits] if splits else [t.numel() // n] * n
+
+    sizes_in, sizes_out = chunks(input, in_splits), chunks(output, out_splits)
+    whole = _value_of(input) if all(_travels(k, input.dtype) or k == 0 for k in sizes_in) else None
+    send, start = [], 0
+    for k in sizes_in:
+        send.append((k, input.dtype, None if whole is None else np.reshape(whole, -1)[start:start + k]))
+        start += k
+    got = _swap_chunks(gid, ranks, me, send, [(k, output.dtype) for k in sizes_out])
+    if any(v is None for v in got) or not small_enough(output) or sum(v.size for v in got) != output.numel():
+        VALUES.drop(output)
+        return
+    parts = [np.reshape(v, -1) for v in got if v.size]
+    _store([output], [(np.concatenate(parts) if parts else np.zeros(0)).reshape(tuple(output.shape))])
+
+
 def _start_as(out: torch.Tensor, inp: torch.Tensor) -> None:
     """`out` holds `inp`'s known value (or is unknown), as a functional collective's new output starts."""
     value = VALUES.get(inp)
@@ -259,13 +351,13 @@ def functional(name: str, gid: int, args: tuple, kwargs: dict, out: Any, me: int
         broadcast(gid, [out], int(root), me, None)
 
 
-_P2P_COUNT: dict[tuple[int, int, int], int] = {}
+_P2P_COUNT: dict[tuple[int, int, int, str], int] = {}
 
 
-def _p2p_key(gid: int, src: int, dst: int) -> tuple:
-    n = _P2P_COUNT.get((gid, src, dst), 0)
-    _P2P_COUNT[(gid, src, dst)] = n + 1
-    return (gid, src, dst, ("tensor", n))      # apart from the object messages' counters
+def _p2p_key(gid: int, src: int, dst: int, tag: str = "tensor") -> tuple:
+    n = _P2P_COUNT.get((gid, src, dst, tag), 0)
+    _P2P_COUNT[(gid, src, dst, tag)] = n + 1
+    return (gid, src, dst, (tag, n))          # apart from the object messages' counters
 
 
 def p2p_send(gid: int, src: int, dst: int, tensors: list[torch.Tensor]) -> None:

@@ -755,10 +755,11 @@ class Interceptor(TorchDispatchMode):
         send = alltoall.split_bytes(nbytes, rows(inp), in_splits, info.size)
         recv = alltoall.split_bytes(out.numel() * out.element_size(), rows(out), out_splits, info.size)
         event, collective = alltoall.launch(self.ctx, info, nbytes, send, recv)
+        me = info.ranks.index(self.ctx.config.rank)
         if collective:
-            exchange.all_to_all_into(info.gid, out, inp, in_splits, info.ranks.index(self.ctx.config.rank), event)
+            exchange.all_to_all_into(info.gid, out, inp, in_splits, me, event)
         else:
-            VALUES.drop(out)
+            exchange.all_to_all_uneven_into(info.gid, info.ranks, me, out, inp, in_splits, out_splits)
         return event
 
     def _wait_tensor(self, func, args, kwargs):

@@ -27,10 +27,23 @@ dist.broadcast(floats, src=0)
 a2a_in = [torch.tensor([rank * 100 + j], dtype=torch.int64, device="cuda") for j in range(world)]
 a2a_out = [torch.empty(1, dtype=torch.int64, device="cuda") for _ in range(world)]
 dist.all_to_all(a2a_out, a2a_in)
+# the same with unequal sizes (NCCL's group of sends and receives): rank r sends j + 1 copies of r * 100 + j to rank j
+uneven_in = [torch.full((j + 1,), rank * 100 + j, dtype=torch.int64, device="cuda") for j in range(world)]
+uneven_out = [torch.empty(rank + 1, dtype=torch.int64, device="cuda") for _ in range(world)]
+dist.all_to_all(uneven_out, uneven_in)
+# all_to_all_single with split sizes, through the process group and as a functional collective
+single_in = torch.cat(uneven_in)
+single_out = torch.empty(world * (rank + 1), dtype=torch.int64, device="cuda")
+dist.all_to_all_single(single_out, single_in, [rank + 1] * world, [j + 1 for j in range(world)])
+from torch.distributed import _functional_collectives as funcol  # noqa: E402
+func_out = funcol.all_to_all_single(single_in, [rank + 1] * world, [j + 1 for j in range(world)],
+                                    dist.group.WORLD)
 env = {k: os.environ.get(k) for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
                                       "MASTER_PORT", "GROUP_RANK")}
 print("RESULT " + json.dumps({"rank": rank, "world": world, "sum": s.item(), "max": m.item(), "objs": objs,
                               "bcast": b, "gathered": g.tolist(), "env": env,
                               "ids_ok": ids.tolist() == list(range(1000)), "floats_from_root": floats[0].item(),
-                              "a2a": [t.item() for t in a2a_out]}), flush=True)
+                              "a2a": [t.item() for t in a2a_out],
+                              "uneven": [t.tolist() for t in uneven_out], "single": single_out.tolist(),
+                              "functional": func_out.tolist()}), flush=True)
 dist.destroy_process_group()
