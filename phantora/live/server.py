@@ -421,6 +421,11 @@ class EngineServer:
                 continue
             gid, src, dst, n = lr.take
             key = lr.take
+            if src not in self.ranks and isinstance(n, tuple) and n[:1] == ("all_to_all",):
+                # a chunk of an all-to-all of unequal sizes from a mirrored member: which peer's chunk of its
+                # representative it stands for is not known; unknown (exchange.all_to_all_uneven)
+                lr.take, lr.value, lr.has_value = None, None, True
+                continue
             if src not in self.ranks:
                 # the sender is mirrored: take what its representative sent to the rank at the same offset
                 rep = self.rank_map[src]
