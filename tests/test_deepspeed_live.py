@@ -8,6 +8,8 @@ Checks, against the framework's behaviour and the physics of the kernels rather 
   parameter; the workload's own step times are the simulated iteration times;
 - ZeRO-Offload's CPU Adam costs host time at the host preset's rate: halving `host.cpu_adam_gbps` adds exactly the
   bytes the loop moves (28 per element of the partition) over the halved rate to every step;
+- ZeRO-Infinity's NVMe offload: halving the storage rates adds exactly the time of the 32 bytes a parameter DeepSpeed's
+  swapper moves through storage each step;
 - the model x framework table's DeepSpeed recipes parse.
 """
 
@@ -116,6 +118,34 @@ def test_offloaded_cpu_adam_costs_its_bytes_at_the_host_rate(tmp_path, stub_cach
         params = summary["params"]
     extra = 28 * params / (rate / 2 * 1e9) - 28 * params / (rate * 1e9)
     assert abs((times[rate / 2] - times[rate]) - extra) <= 0.01 * extra, (times, extra)
+
+
+def test_nvme_offload_moves_the_optimizer_state_through_storage_at_its_rate(tmp_path, stub_cache):
+    """ZeRO-Infinity with the optimizer state on NVMe (DeepSpeed's async I/O stand-in): every step DeepSpeed's
+    swapper writes each fp32 gradient partition to storage and reads it back for the step (8 bytes a parameter),
+    reads the fp32 master weights and both Adam moments and writes them back (24), and the host waits for each
+    transfer (no pipelining by default). Halving the storage rate must add exactly that traffic's time."""
+    model = tmp_path / "wide.toml"
+    model.write_text('name = "wide"\ndim = 2048\nn_layers = 1\nn_heads = 16\nn_kv_heads = 8\nvocab_size = 32768\n'
+                     'ffn_dim = 8192\nrope_theta = 500000.0\nnorm_eps = 1e-5\n')
+    args = ("--zero", "3", "--seq", "128", "--steps", "3", "--offload-optimizer", "nvme", "--nvme-path",
+            str(tmp_path / "swap"))
+    rate = 2.0
+    times = {}
+    for gbps in (rate, rate / 2):
+        run = tmp_path / str(gbps)
+        run.mkdir()
+        table = f"[[1, {gbps}], [8, {gbps}]]"
+        _, summary = phantora_run(run, 1, *args, cache=stub_cache, model=str(model),
+                                  run_args=("--set", f"host.storage_read_gbps={table}",
+                                            "--set", f"host.storage_write_gbps={table}"),
+                                  env_extra={"OMP_NUM_THREADS": "1"})
+        times[gbps] = summary["step_times_s"][-1]
+        params = summary["params"]
+    traffic = 32 * params / (rate / 2 * 1e9) - 32 * params / (rate * 1e9)
+    extra = times[rate / 2] - times[rate]
+    assert abs(extra - traffic) <= 0.01 * traffic, (times, traffic)
+    assert not [p for p in (tmp_path / "swap").rglob("*") if p.is_file()], "the simulating machine wrote no swap file"
 
 
 @pytest.mark.parametrize("script, args, params, needs", [

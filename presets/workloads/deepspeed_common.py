@@ -23,8 +23,13 @@ def add_deepspeed_options(p: argparse.ArgumentParser, default_zero: int = 2) -> 
     p.add_argument("--grad-accum", type=int, default=1, help="gradient accumulation steps")
     p.add_argument("--precision", choices=("bf16", "fp16"), default="bf16",
                    help="bf16, or fp16 with dynamic loss scaling")
-    p.add_argument("--offload-optimizer", choices=("none", "cpu"), default="none",
-                   help="ZeRO-Offload: optimizer state and step on the CPU (ZeRO 1-3)")
+    p.add_argument("--offload-optimizer", choices=("none", "cpu", "nvme"), default="none",
+                   help="ZeRO-Offload: optimizer state and step on the CPU (ZeRO 1-3); nvme: the state kept on local "
+                        "storage (ZeRO-Infinity, ZeRO 3)")
+    p.add_argument("--offload-param", choices=("none", "cpu", "nvme"), default="none",
+                   help="ZeRO-Infinity: parameters kept on the CPU or on local storage (ZeRO 3)")
+    p.add_argument("--nvme-path", default=None, metavar="DIR",
+                   help="folder of the NVMe swap files (default: a new temporary folder)")
     p.add_argument("--torch-adam", action="store_true", help="torch's AdamW instead of DeepSpeed's FusedAdam")
     p.add_argument("--clip-grad", type=float, default=1.0, help="gradient clipping norm (0 disables)")
     p.add_argument("--bucket-mb", type=float, default=500.0,
@@ -52,6 +57,8 @@ def check_deepspeed_options(args: argparse.Namespace) -> None:
         raise UsageError("--bucket-mb must be positive")
     if args.offload_optimizer != "none" and args.zero == 0:
         raise UsageError("--offload-optimizer needs --zero 1, 2 or 3")
+    if (args.offload_optimizer == "nvme" or args.offload_param != "none") and args.zero != 3:
+        raise UsageError("--offload-optimizer nvme and --offload-param need --zero 3")
     if getattr(args, "kernel_profile", None) and args.steps < KERNEL_PROFILE_STEPS[-1]:
         raise UsageError("--kernel-profile records steps 3-4: it needs --steps 4 or more")
 
@@ -64,8 +71,13 @@ def ds_config(args, dp: int) -> dict:
             "reduce_bucket_size": bucket, "allgather_bucket_size": bucket}
     if args.zero == 3:
         zero.update(stage3_prefetch_bucket_size=bucket, stage3_param_persistence_threshold=int(1e5))
-    if args.offload_optimizer != "none":
-        zero["offload_optimizer"] = {"device": args.offload_optimizer, "pin_memory": True}
+    nvme = args.nvme_path
+    if "nvme" in (args.offload_optimizer, args.offload_param) and not nvme:
+        import tempfile
+        nvme = tempfile.mkdtemp(prefix="nvme-swap-")
+    for key, device in (("offload_optimizer", args.offload_optimizer), ("offload_param", args.offload_param)):
+        if device != "none":
+            zero[key] = {"device": device, "pin_memory": True, **({"nvme_path": nvme} if device == "nvme" else {})}
     config = {
         "train_micro_batch_size_per_gpu": args.micro_batch,
         "gradient_accumulation_steps": args.grad_accum,

@@ -13,7 +13,7 @@ It imports nothing from Phantora: the same file measures ground truth on real GP
   `deepspeed.zero.Init` under ZeRO-3 so that a large model never exists unpartitioned;
 - a DeepSpeed config built from the options (`--zero 0|1|2|3`, bf16 or fp16 with dynamic loss scaling, the
   optimizer DeepSpeed picks for `"type": "AdamW"` (FusedAdam on a GPU; `--torch-adam` for torch's),
-  `--offload-optimizer cpu`, `--clip-grad`, `--grad-accum`, ZeRO's bucket and prefetch sizes), with
+  `--offload-optimizer cpu|nvme`, `--offload-param cpu|nvme` with `--nvme-path`, `--clip-grad`, `--grad-accum`, ZeRO's bucket and prefetch sizes), with
   `--ds-config FILE.json` merged over it;
 - `--ac full`: every block through `deepspeed.checkpointing.checkpoint`;
 - a mixture-of-experts preset (mixtral-8x7b): every block's MLP is DeepSpeed's MoE layer
@@ -557,7 +557,7 @@ def train(args, a: ModelArgs, rank: int, local_rank: int, world: int) -> None:
               f"{args.zero}, {args.precision}, optimizer {type(engine.optimizer).__name__} over "
               f"{type(getattr(engine.optimizer, 'optimizer', engine.optimizer)).__name__}, micro-batch "
               f"{args.micro_batch} x accumulation {args.grad_accum}, seq {args.seq}, ac {args.ac}, offload "
-              f"{args.offload_optimizer}, on {device_name}", flush=True)
+              f"{args.offload_optimizer} (parameters {args.offload_param}), on {device_name}", flush=True)
 
     times, losses = [], []
     recorder = None
@@ -596,7 +596,8 @@ def train(args, a: ModelArgs, rank: int, local_rank: int, world: int) -> None:
                              {"world_size": world, "pp": args.pp, "dp": dp, "zero": args.zero,
                               "precision": args.precision, "micro_batch": args.micro_batch,
                               "grad_accum": args.grad_accum, "seq": args.seq, "ac": args.ac,
-                              "offload_optimizer": args.offload_optimizer, "torch_adam": args.torch_adam,
+                              "offload_optimizer": args.offload_optimizer, "offload_param": args.offload_param,
+                              "torch_adam": args.torch_adam,
                               "clip_grad": args.clip_grad, "bucket_mb": args.bucket_mb,
                               "overlap_comm": not args.no_overlap_comm, "steps": args.steps, "optimizer": optimizer,
                               "moe": dataclasses.asdict(moe) if moe else None})

@@ -417,6 +417,36 @@ def host_work(seconds: float) -> None:
         METER.exit()
 
 
+def host_now() -> float:
+    """The calling thread's rank's virtual time, after the framework's pending work (a stand-in that starts work
+    beside the host and the GPU: DeepSpeed's async I/O, standins/deepspeed.py)."""
+    METER.enter(2)
+    try:
+        if CLOCK is None:
+            return 0.0
+        rt = CLOCK._rt()                                                  # type: ignore[attr-defined]
+        rt.advance_cpu(METER.claim())
+        return rt.now()
+    finally:
+        METER.exit()
+
+
+def host_wait_until(t: float) -> None:
+    """Hold the calling thread's rank until virtual time `t`, after the framework's pending work (a wait for such
+    work)."""
+    METER.enter(2)
+    try:
+        if CLOCK is None:
+            return
+        rt = CLOCK._rt()                                                  # type: ignore[attr-defined]
+        rt.advance_cpu(METER.claim())
+        now = rt.now()
+        if t > now:
+            rt.advance_cpu(t - now)
+    finally:
+        METER.exit()
+
+
 def install(runtime_getter: Callable[[], object], epoch: float | None = None) -> VirtualClock:
     """Replace the `time` module's clocks with the virtual ones (idempotent)."""
     global CLOCK

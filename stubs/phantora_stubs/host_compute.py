@@ -33,7 +33,7 @@ from .errors import StubConfigError, note_once
 MIN_BYTES = 1 << 20
 ENV_RATES = "PHANTORA_HOST_MEMORY_GBPS"     # "copy=1:10.8,4:36.0,8:61.1;downcast=...;..." from the launcher
 ENV_CORES = "PHANTORA_HOST_CPU_CORES"
-KINDS = ("copy", "downcast", "upcast", "elementwise", "reduction", "cpu_adam")
+KINDS = ("copy", "downcast", "upcast", "elementwise", "reduction", "cpu_adam", "storage_read", "storage_write")
 
 _COPY_OPS = frozenset({"copy_", "_to_copy", "clone", "cat", "stack", "contiguous", "_copy_from", "fill_", "zero_",
                        "zeros_like", "ones_like", "full_like", "index_select", "gather", "flatten_dense_tensors"})
@@ -103,7 +103,13 @@ class HostMemory:
             self.threads = max(1, int(threads))
         except ValueError:
             raise StubConfigError(f"OMP_NUM_THREADS / {ENV_CORES}: {threads!r} is not an integer") from None
+        self.tables = rates
         self.bytes_per_s = {k: interpolate(points, self.threads) * 1e9 for k, points in rates.items()}
+
+    def storage_seconds(self, nbytes: float, write: bool, threads: int) -> float:
+        """A request of `nbytes` to or from the host's local storage served by `threads` I/O threads (DeepSpeed's
+        async I/O, standins/deepspeed.py)."""
+        return nbytes / (interpolate(self.tables["storage_write" if write else "storage_read"], threads) * 1e9)
 
     def seconds(self, nbytes: float, kind: str) -> float:
         hint = ("; for a host of other cores: --set host.cpu_cores=N" if self.source.endswith("cpu_cores")

@@ -14,12 +14,16 @@ the same tensors as the kernel it replaces, so the cost model costs the same mem
 | quantizer: quantize, swizzle_quant | fp16 read; int8, fp32 group scales written | group inf-norm, cast to int8 |
 | quantizer: dequantize | int8 values and scales read, fp16 written | `mul(out=fp16)` by the group's scale |
 | quantizer: quantized_reduction | the node's int8 slices and scales read, one written | `sum(dtype=int8)`, `amax` |
+| async_io | reads / writes of host buffers to swap files (NVMe offload) | storage time at `[host] storage_*_gbps` |
+| pin_memory | page-locked host allocations | pinned host tensors |
 
 (4 bits: two values a byte, packed by a `sum(dtype=int8)` of pairs, unpacked by a stride-0 broadcast of each byte.)
 
 The CPU optimizers' tensors are fake host tensors; their step is charged to the rank's host clock: the bytes the loop
 moves over the host preset's `cpu_adam_gbps` at the rank's threads (host_compute.py, docs/deepspeed.md). The quantizer
 stands in for the four functions ZeRO++ calls, symmetric only; its other functions fail with an error naming them.
+The async I/O handle touches no file: each request takes the host's storage time (`_Storage`), and `wait()` holds
+the rank's host until the handle's requests are done (clock.host_wait_until).
 Any other compiled op fails with an error naming it, rather than compiling.
 """
 
@@ -90,6 +94,121 @@ def _cpu_optimizer_module(kind: str) -> types.ModuleType:
     setattr(mod, f"destroy_{kind}", noop)
     setattr(mod, f"{kind}_update", update)
     setattr(mod, f"{kind}_rollback", update)
+    return mod
+
+
+class _Storage:
+    """The rank's local storage as DeepSpeed's async I/O uses it: requests served one after another, each at the
+    host preset's storage rate for the handle's I/O threads, from the later of its submission and the end of the
+    one before (virtual host time)."""
+
+    def __init__(self) -> None:
+        self.free_at = 0.0
+
+    def serve(self, nbytes: int, write: bool, threads: int, now: float) -> float:
+        from .. import host_compute
+        start = max(now, self.free_at)
+        self.free_at = start + host_compute.memory().storage_seconds(nbytes, write, threads)
+        return self.free_at
+
+
+_STORAGE = _Storage()
+
+
+def _async_io_module() -> types.ModuleType:
+    """DeepSpeed's async I/O (`AsyncIOBuilder`, ZeRO-Infinity's NVMe offload of parameters and optimizer state): a
+    handle whose reads and writes move no data (the tensors hold none) and take the storage's time; `wait()` holds
+    the host until the handle's requests are done, as the real handle's does."""
+    import torch
+
+    from .. import clock
+    mod = types.ModuleType("phantora_async_io")
+
+    class aio_handle:                                        # noqa: N801 - DeepSpeed's name
+        def __init__(self, block_size=1 << 20, queue_depth=128, single_submit=False, overlap_events=False,
+                     intra_op_parallelism=1, *args, **kwargs):
+            self._block_size, self._queue_depth = int(block_size), int(queue_depth)
+            self._single_submit, self._overlap_events = bool(single_submit), bool(overlap_events)
+            self._threads = max(1, int(intra_op_parallelism))
+            self._pending, self._done_at = 0, 0.0
+
+        def get_block_size(self):
+            return self._block_size
+
+        def get_queue_depth(self):
+            return self._queue_depth
+
+        def get_single_submit(self):
+            return self._single_submit
+
+        def get_overlap_events(self):
+            return self._overlap_events
+
+        def get_intra_op_parallelism(self):
+            return self._threads
+
+        get_thread_count = get_intra_op_parallelism
+
+        def _submit(self, buffer, write: bool) -> int:
+            nbytes = buffer.numel() * buffer.element_size()
+            self._done_at = max(self._done_at, _STORAGE.serve(nbytes, write, self._threads, clock.host_now()))
+            self._pending += 1
+            return 0
+
+        def async_pread(self, buffer, filename, file_offset=0):
+            return self._submit(buffer, False)
+
+        def async_pwrite(self, buffer, filename, file_offset=0):
+            return self._submit(buffer, True)
+
+        def pread(self, buffer, filename, validate=False, async_op=False, file_offset=0):
+            self._submit(buffer, False)
+            return 0 if async_op else self.wait()
+
+        def pwrite(self, buffer, filename, validate=False, async_op=False, file_offset=0):
+            self._submit(buffer, True)
+            return 0 if async_op else self.wait()
+
+        def sync_pread(self, buffer, filename, file_offset=0):
+            self._submit(buffer, False)
+            return self.wait()
+
+        def sync_pwrite(self, buffer, filename, file_offset=0):
+            self._submit(buffer, True)
+            return self.wait()
+
+        def wait(self):
+            """The host waits for every request of the handle; returns how many completed."""
+            done, self._pending = self._pending, 0
+            clock.host_wait_until(self._done_at)
+            return done
+
+        def new_cpu_locked_tensor(self, num_elem, example_tensor):
+            return torch.empty(int(num_elem), dtype=example_tensor.dtype, device="cpu", pin_memory=True)
+
+        def free_cpu_locked_tensor(self, tensor):
+            return True
+
+        def is_pinned(self, tensor):
+            return bool(tensor.is_pinned())
+
+    mod.aio_handle = aio_handle
+    return mod
+
+
+def _pin_memory_module() -> types.ModuleType:
+    """DeepSpeed's page-locked host allocator (`PinMemoryBuilder`, loaded with the async I/O): pinned host tensors."""
+    import torch
+    mod = types.ModuleType("phantora_pin_memory")
+
+    class pin_handle:                                        # noqa: N801 - DeepSpeed's name
+        def new_cpu_locked_tensor(self, num_elem, example_tensor):
+            return torch.empty(int(num_elem), dtype=example_tensor.dtype, device="cpu", pin_memory=True)
+
+        def free_cpu_locked_tensor(self, tensor):
+            return True
+
+    mod.pin_handle = pin_handle
     return mod
 
 
@@ -187,6 +306,8 @@ STAND_INS = {
     "cpu_adagrad": lambda: _cpu_optimizer_module("adagrad"),
     "cpu_lion": lambda: _cpu_optimizer_module("lion"),
     "quantizer": _quantizer_module,
+    "async_io": _async_io_module,
+    "pin_memory": _pin_memory_module,
 }
 
 
