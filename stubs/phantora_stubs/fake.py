@@ -26,8 +26,6 @@ thread, for the rest of the program. Then it applies:
   (`torch.tensor` of a list, `Tensor.tolist()`: conversions.py);
 - an `OpKind.ITER_MARK` after every outermost optimizer step (global optimizer step pre/post hooks; an optimizer
   container stepping inner optimizers marks once);
-- functional collectives' results as on a GPU, an `AsyncCollectiveTensor` waited for at its first use: the rank's
-  own fake mode does not count as tracing for them (funcol_async.py);
 - a fork handler: a forked child (DataLoader worker) leaves the fake mode and produces real tensors, reading the
   rank's fake ones as their known values or zeros (forked_children.py).
 """
@@ -773,8 +771,6 @@ def install(ctx) -> None:
     ictp.__enter__()
     ctx.fake_mode = mode
     ctx.interceptor = ictp
-    from . import funcol_async
-    when_imported("torch.distributed._functional_collectives", lambda module: funcol_async.install(mode))
     from . import compiled
     compiled.bind(ctx)
     if hasattr(os, "register_at_fork"):

@@ -707,10 +707,6 @@ class Interceptor(TorchDispatchMode):
     # -- functional collectives ---------------------------------------------------------------------------------
     def _functional_collective(self, func, args, kwargs):
         name = _packet_name(func)
-        if name == "_wrap_tensor_autograd":
-            # what its kernel returns on a GPU: the result waited for at its first use (funcol_async.py)
-            from torch.distributed._functional_collectives import AsyncCollectiveTensor
-            return AsyncCollectiveTensor(args[0])
         coll = _FCOLL_NAMES.get(name)
         if coll is None:
             raise self._unsupported(func, NotImplementedError("unknown functional collective"))
