@@ -148,6 +148,25 @@ def test_nvme_offload_moves_the_optimizer_state_through_storage_at_its_rate(tmp_
     assert not [p for p in (tmp_path / "swap").rglob("*") if p.is_file()], "the simulating machine wrote no swap file"
 
 
+@pytest.mark.parametrize("scale", [1.0, 2.0])
+def test_a_wait_for_storage_takes_the_bytes_over_the_rate_whatever_the_cpu_time_scale(scale):
+    """The storage's time is not the framework's CPU time: `host.cpu_time_scale` must not stretch it."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT)
+    proc = subprocess.run([sys.executable, "-m", "phantora.cli", "run", "--gpus-per-node", "1", "--no-trace",
+                           "--set", "host.storage_write_gbps=[[1, 2.0], [8, 2.0]]",
+                           "--set", f"host.cpu_time_scale={scale}", "--", "python",
+                           str(ROOT / "tests" / "scripts" / "aio_wait.py")],
+                          capture_output=True, text=True, timeout=300, cwd=str(ROOT), env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = next(x for x in proc.stdout.splitlines() if "RESULT " in x)
+    r = json.loads(line.split("RESULT ", 1)[1])
+    assert r["done"] == 2
+    expected = r["bytes"] / 2.0e9
+    # the handle's own Python between the calls is host time too: a few microseconds
+    assert expected <= r["seconds"] <= expected + 1e-3, (r, expected)
+
+
 @pytest.mark.parametrize("script, args, params, needs", [
     # torchvision's resnet50() has 25,557,032 parameters; Stable Diffusion 1.5's UNet 859,520,964
     ("deepspeed_resnet.py", ("--batch", "4", "--image-size", "64"), 25_557_032, None),

@@ -248,7 +248,8 @@ class EngineServer:
         elif tag == "put":
             _, rows, sigs, key, payload = msg
             self._feed(lr, rows, sigs)
-            self._puts[tuple(key)] = payload
+            if key[2] in self.ranks:             # a mirrored receiver never takes (its takes are its representative's)
+                self._puts[tuple(key)] = payload
         elif tag == "take":
             _, rows, sigs, key = msg
             self._feed(lr, rows, sigs)
@@ -468,8 +469,12 @@ class EngineServer:
         for lr in self.ranks.values():
             if lr.take is not None:
                 n = lr.take[3]
-                what = (f"the values of its receive #{n[1] + 1} of small tensors" if isinstance(n, tuple) else
-                        f"objects (recv_object_list #{n + 1})")
+                if isinstance(n, tuple) and n[0] == "all_to_all":
+                    what = f"its chunk of all-to-all #{n[1] + 1} of unequal sizes on group {lr.take[0]}"
+                elif isinstance(n, tuple):
+                    what = f"the values of its receive #{n[1] + 1} of small tensors"
+                else:
+                    what = f"objects (recv_object_list #{n + 1})"
                 text += f"\n  rank {lr.rank} waits for {what} from rank {lr.take[1]}"
             elif lr.exchange is not None:
                 text += f"\n  rank {lr.rank} waits for the values of collective #{lr.exchange[1] + 1} on group " \

@@ -417,10 +417,11 @@ def host_work(seconds: float) -> None:
         METER.exit()
 
 
-def host_now() -> float:
+def host_now(frames: int = 2) -> float:
     """The calling thread's rank's virtual time, after the framework's pending work (a stand-in that starts work
-    beside the host and the GPU: DeepSpeed's async I/O, standins/deepspeed.py)."""
-    METER.enter(2)
+    beside the host and the GPU: DeepSpeed's async I/O, standins/deepspeed.py); `frames`: the calls from the
+    framework's frame to this one, inclusive."""
+    METER.enter(frames)
     try:
         if CLOCK is None:
             return 0.0
@@ -442,7 +443,15 @@ def host_wait_until(t: float) -> None:
         rt.advance_cpu(METER.claim())
         now = rt.now()
         if t > now:
-            rt.advance_cpu(t - now)
+            # the runtimes scale what advance_cpu charges by [host] cpu_time_scale, a factor on the framework's CPU
+            # time: a wait for the storage is not that, so it is charged unscaled (lost only at a scale of 0)
+            scale = getattr(rt, "scale", getattr(rt, "cpu_time_scale", 1.0))
+            if scale > 0:
+                rt.advance_cpu((t - now) / scale)
+            else:
+                from .errors import note_once
+                note_once("storage-wait-scale", "with [host] cpu_time_scale = 0, waits for DeepSpeed's async I/O "
+                                                "take no simulated time")
     finally:
         METER.exit()
 

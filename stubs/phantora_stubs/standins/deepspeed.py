@@ -149,9 +149,13 @@ def _async_io_module() -> types.ModuleType:
 
         get_thread_count = get_intra_op_parallelism
 
+        def get_alignment(self):
+            return self._threads * 512                    # the handle's O_DIRECT alignment, as DeepSpeed's C++
+
+
         def _submit(self, buffer, write: bool) -> int:
             nbytes = buffer.numel() * buffer.element_size()
-            self._done_at = max(self._done_at, _STORAGE.serve(nbytes, write, self._threads, clock.host_now()))
+            self._done_at = max(self._done_at, _STORAGE.serve(nbytes, write, self._threads, clock.host_now(3)))
             self._pending += 1
             return 0
 
@@ -197,7 +201,8 @@ def _async_io_module() -> types.ModuleType:
 
 
 def _pin_memory_module() -> types.ModuleType:
-    """DeepSpeed's page-locked host allocator (`PinMemoryBuilder`, loaded with the async I/O): pinned host tensors."""
+    """DeepSpeed's page-locked host allocator (`PinMemoryBuilder`: `AsyncIOBuilder.load()` loads it first, and
+    `DS_PIN_MEMORY_BACKEND=native` pins through it): pinned host tensors."""
     import torch
     mod = types.ModuleType("phantora_pin_memory")
 
@@ -207,6 +212,12 @@ def _pin_memory_module() -> types.ModuleType:
 
         def free_cpu_locked_tensor(self, tensor):
             return True
+
+        def free_cpu_locked_tensor_by_ptr(self, address):
+            return True
+
+        def is_pinned(self, tensor):
+            return bool(tensor.is_pinned())
 
     mod.pin_handle = pin_handle
     return mod
