@@ -115,16 +115,31 @@ class _Storage:
 _STORAGE = _Storage()
 
 
+class _PinnedHost:
+    """Page-locked host buffers, as DeepSpeed's I/O and pin-memory handles hand them out: pinned fake host tensors."""
+
+    def new_cpu_locked_tensor(self, num_elem, example_tensor):
+        import torch
+        return torch.empty(int(num_elem), dtype=example_tensor.dtype, device="cpu", pin_memory=True)
+
+    def free_cpu_locked_tensor(self, tensor):
+        return True
+
+    def free_cpu_locked_tensor_by_ptr(self, address):
+        return True
+
+    def is_pinned(self, tensor):
+        return bool(tensor.is_pinned())
+
+
 def _async_io_module() -> types.ModuleType:
     """DeepSpeed's async I/O (`AsyncIOBuilder`, ZeRO-Infinity's NVMe offload of parameters and optimizer state): a
     handle whose reads and writes move no data (the tensors hold none) and take the storage's time; `wait()` holds
     the host until the handle's requests are done, as the real handle's does."""
-    import torch
-
     from .. import clock
     mod = types.ModuleType("phantora_async_io")
 
-    class aio_handle:                                        # noqa: N801 - DeepSpeed's name
+    class aio_handle(_PinnedHost):                           # noqa: N801 - DeepSpeed's name
         def __init__(self, block_size=1 << 20, queue_depth=128, single_submit=False, overlap_events=False,
                      intra_op_parallelism=1, *args, **kwargs):
             self._block_size, self._queue_depth = int(block_size), int(queue_depth)
@@ -187,15 +202,6 @@ def _async_io_module() -> types.ModuleType:
             clock.host_wait_until(self._done_at)
             return done
 
-        def new_cpu_locked_tensor(self, num_elem, example_tensor):
-            return torch.empty(int(num_elem), dtype=example_tensor.dtype, device="cpu", pin_memory=True)
-
-        def free_cpu_locked_tensor(self, tensor):
-            return True
-
-        def is_pinned(self, tensor):
-            return bool(tensor.is_pinned())
-
     mod.aio_handle = aio_handle
     return mod
 
@@ -203,21 +209,10 @@ def _async_io_module() -> types.ModuleType:
 def _pin_memory_module() -> types.ModuleType:
     """DeepSpeed's page-locked host allocator (`PinMemoryBuilder`: `AsyncIOBuilder.load()` loads it first, and
     `DS_PIN_MEMORY_BACKEND=native` pins through it): pinned host tensors."""
-    import torch
     mod = types.ModuleType("phantora_pin_memory")
 
-    class pin_handle:                                        # noqa: N801 - DeepSpeed's name
-        def new_cpu_locked_tensor(self, num_elem, example_tensor):
-            return torch.empty(int(num_elem), dtype=example_tensor.dtype, device="cpu", pin_memory=True)
-
-        def free_cpu_locked_tensor(self, tensor):
-            return True
-
-        def free_cpu_locked_tensor_by_ptr(self, address):
-            return True
-
-        def is_pinned(self, tensor):
-            return bool(tensor.is_pinned())
+    class pin_handle(_PinnedHost):                           # noqa: N801 - DeepSpeed's name
+        pass
 
     mod.pin_handle = pin_handle
     return mod
