@@ -146,11 +146,12 @@ class HostSpec:
                                                           [32, 10.3]])                               # norm, sum...
     cpu_adam_gbps: list = field(default_factory=lambda: [[1, 19.1], [4, 65.7], [8, 75.6], [16, 119.3],
                                                          [32, 151.1]])                               # CPU Adam
-    # the host's local storage as ZeRO-Infinity's NVMe offload uses it (DeepSpeed's async I/O: large O_DIRECT
-    # requests), by I/O threads (its `intra_op_parallelism`): the mean of two runs on a one-H200 host, whose storage
-    # is a virtual disk (groundtruth/deepspeed/storage-h200/); a host of local NVMe drives sets its own
-    storage_read_gbps: list = field(default_factory=lambda: [[1, 1.85], [2, 1.67], [4, 1.68], [8, 1.72]])
-    storage_write_gbps: list = field(default_factory=lambda: [[1, 2.03], [2, 2.00], [4, 2.09], [8, 2.06]])
+    # the host's local storage as ZeRO-Infinity's NVMe offload uses it, by I/O threads (`intra_op_parallelism`):
+    # DeepSpeed's own async I/O handle moving 2.5 GiB tensors, three writes then three reads, on a one-H200 host
+    # whose storage is a virtual disk (groundtruth/deepspeed/h200-nvme/run2/aio.json, the means); a host of local
+    # NVMe drives sets its own
+    storage_read_gbps: list = field(default_factory=lambda: [[1, 1.88], [2, 1.90], [4, 1.86], [8, 1.74]])
+    storage_write_gbps: list = field(default_factory=lambda: [[1, 1.87], [2, 1.99], [4, 2.10], [8, 1.88]])
 
     def validate(self) -> None:
         for key in ("launch_overhead_us", "py_call_ns", "c_call_ns", "dispatch_us", "py_line_ns", "to_tensor_ns",

@@ -70,3 +70,26 @@ def test_hosts_of_other_cores_are_other_configurations():
     other = dataclasses.replace(rec, hardware=dataclasses.replace(rec.hardware, host_cpu_cores=16))
     assert config_key(other) != config_key(rec)
     assert config_key(dataclasses.replace(other, notes="measured again")) == config_key(other)
+
+
+def test_records_name_the_host_their_nvidia_smi_listed():
+    """A row measured on a one-GPU host says so (not the two-GPU host type of most rows)."""
+    seen = set()
+    for _, rec in load_suite("deepspeed"):
+        folder = groundtruth_dir().parent / Path(rec.source.section).parent
+        listed = max(sum(line.startswith("NVIDIA ") for line in path.read_text().splitlines())
+                     for path in folder.glob("system*.txt"))
+        seen.add(listed)
+        assert ("a one-H200 host" in rec.notes) == (listed == 1), rec.id
+        assert ("2 NVLinked H200" in rec.notes) == (listed == 2), rec.id
+    assert seen == {1, 2}
+
+
+def test_offload_options_reach_the_workloads_command():
+    cases = [case for case in load_cases("deepspeed") if "offload_param" in case.record.workload.options]
+    assert cases
+    for case in cases:
+        run = LiveRunner(["phantora"]).command(case, Path("t.h5"), Path("s.json"))
+        program = run[run.index("--") + 1:]
+        for key, flag in (("offload_param", "--offload-param"), ("offload_optimizer", "--offload-optimizer")):
+            assert program[program.index(flag) + 1] == case.record.workload.options[key], case.id

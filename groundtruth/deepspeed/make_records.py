@@ -1,6 +1,8 @@
 """Files the `deepspeed` suite's records from the SUMMARY files that measure.sh wrote.
 
-    python groundtruth/deepspeed/make_records.py groundtruth/deepspeed/h200x2
+    python groundtruth/deepspeed/make_records.py groundtruth/deepspeed/h200x2 [DATE]
+
+DATE (default 2026-11-26) is the day the folder's rows were measured.
 
 Each <name>.json of presets/workloads/deepspeed_gpt.py becomes groundtruth/deepspeed/<gpu>-<gpus>-<name>.toml, checked
 as `phantora groundtruth submit` checks a record; so do those of the workloads that are not language models
@@ -46,6 +48,8 @@ REPEATS = {
     "pp2-z1-llama3.2-3b-s2048-mb1-ga8": ("h200x2-clocks/pp2-z1-llama3.2-3b-s2048-mb1-ga8.json",),
     "pp2-z1-llama3.2-1b-s2048-mb2-ga8-ac": ("h200x2-clocks/pp2-z1-llama3.2-1b-s2048-mb2-ga8-ac.json",),
     "dp2-z2-llama3.2-3b-s4096-mb1-ac": ("h200x2-clocks/dp2-z2-llama3.2-3b-s4096-mb1-ac.json",),
+    # ZeRO-Infinity: a second machine start, its storage measured through DeepSpeed's handle in the same session
+    "g1-z3-llama3.2-1b-l2-s2048-mb2-nvme": ("h200-nvme/run2/g1-z3-llama3.2-1b-l2-s2048-mb2-nvme-r2.json",),
 }
 
 
@@ -69,7 +73,7 @@ def _preset_layers(model: str) -> int:
     return tomllib.loads((presets_dir() / "models" / f"{model}.toml").read_text())["n_layers"]
 
 
-def record_of(path: Path) -> Record:
+def record_of(path: Path, date: str) -> Record:
     d = json.loads(path.read_text())
     c = d["config"]
     gpus = c["world_size"]
@@ -79,6 +83,8 @@ def record_of(path: Path) -> Record:
     options = {"zero": c["zero"]}
     if c["offload_optimizer"] != "none":
         options["offload_optimizer"] = c["offload_optimizer"]
+    if c.get("offload_param", "none") != "none":
+        options["offload_param"] = c["offload_param"]
     if c["torch_adam"]:
         options["torch_adam"] = True
     if d["shapes"]["n_layers"] != _preset_layers(d["model"]):
@@ -89,6 +95,9 @@ def record_of(path: Path) -> Record:
     threads = "OMP_NUM_THREADS=1 per process (torchrun's default for 2 processes)" if gpus > 1 else \
         "OMP_NUM_THREADS unset (all host cores)"
     offload = f" The CPU optimizer ran with {threads}." if c["offload_optimizer"] != "none" else ""
+    if "nvme" in (c["offload_optimizer"], c.get("offload_param")):
+        offload += (" ZeRO-Infinity: swap files in a folder of the host's storage (groundtruth/deepspeed/README.md, "
+                    "\"ZeRO-Infinity on one H200\").")
     memory, allocated, assumed = allocated_memory(d["peak_mem_gib"], pp)
     again, repeats = _repeats(name)
     return Record(
@@ -98,7 +107,7 @@ def record_of(path: Path) -> Record:
                f"GPU(s) of {host}, {c['steps']} steps, median of steps 2-{c['steps']} (the workload's SUMMARY).{offload}"
                f" {memory} Raw output: {folder}/{name}.log and .json; command: groundtruth/deepspeed/measure.sh."
                f"{again}"),
-        source=Source(date="2026-11-26", contributor=f"phantora maintainers (measured on {gpus} GPU(s) of {host})",
+        source=Source(date=date, contributor=f"phantora maintainers (measured on {gpus} GPU(s) of {host})",
                       version="presets/workloads/deepspeed_gpt.py, deepspeed 0.19.8",
                       section=f"{folder}/{name}.json"),
         hardware=Hardware(gpu=gpu, gpus=gpus, hosts=1, gpus_per_host=gpus,
@@ -167,14 +176,14 @@ def other_record_of(path: Path, date: str) -> Record:
     )
 
 
-def main(folder: str) -> None:
+def main(folder: str, date: str = "2026-11-26") -> None:
     out = Path(__file__).resolve().parent
     for path in sorted(Path(folder).resolve().glob("*.json")):
         workload = json.loads(path.read_text()).get("workload")
         if workload == "deepspeed_gpt":
-            rec = record_of(path)
+            rec = record_of(path, date)
         elif workload in OTHER_WORKLOADS:
-            rec = other_record_of(path, "2026-11-26")
+            rec = other_record_of(path, date)
         else:
             continue
         rec.validate()
@@ -183,4 +192,4 @@ def main(folder: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(*sys.argv[1:3])

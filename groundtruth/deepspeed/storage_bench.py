@@ -60,9 +60,14 @@ def main() -> None:
     for f in os.listdir(FOLDER):
         if f.startswith("storage_bench_"):
             os.remove(os.path.join(FOLDER, f))
+    emit(out, "storage.json")
+
+
+def emit(out: dict, name: str) -> None:
+    """Prints the results as JSON and writes them to $OUT/NAME where OUT is set."""
     text = json.dumps(out, indent=1)
     if os.environ.get("OUT"):
-        with open(os.path.join(os.environ["OUT"], "storage.json"), "w") as fh:
+        with open(os.path.join(os.environ["OUT"], name), "w") as fh:
             fh.write(text)
     print(text)
 

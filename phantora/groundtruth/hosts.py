@@ -28,13 +28,21 @@ HOSTS = {
 """nvidia-smi's GPU name -> the host it was measured on."""
 
 
+ONE_GPU_WORDS = {"NVIDIA H200": "a one-H200 host"}
+"""A host type's words where its nvidia-smi listed one GPU (the lent hosts come with one or two)."""
+
+
 def host_of(folder: Path) -> MeasuredHost:
-    """The host of a folder of measurements, from the first known GPU name in its system*.txt files."""
+    """The host of a folder of measurements, from the first known GPU name in its system*.txt files (the first such
+    file's count of that name's lines telling a one-GPU host from a two-GPU one)."""
     for path in sorted(Path(folder).glob("system*.txt")):
-        for line in path.read_text().splitlines():
-            name = line.split(",")[0].strip()
-            if name in HOSTS:
-                return HOSTS[name]
+        names = [line.split(",")[0].strip() for line in path.read_text().splitlines()]
+        known = [n for n in names if n in HOSTS]
+        if known:
+            host = HOSTS[known[0]]
+            if known.count(known[0]) == 1 and known[0] in ONE_GPU_WORDS:
+                host = MeasuredHost(host.prefix, host.gpu, host.cluster_1gpu, "", ONE_GPU_WORDS[known[0]])
+            return host
     raise SystemExit(f"{folder}: no system*.txt naming a known GPU ({', '.join(HOSTS)})")
 
 

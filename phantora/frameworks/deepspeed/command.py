@@ -17,6 +17,7 @@ OPTIONS = {
     "zero": ("--zero", "int"),
     "layers": ("--layers", "int"),
     "offload_optimizer": ("--offload-optimizer", "str"),
+    "offload_param": ("--offload-param", "str"),
     "torch_adam": ("--torch-adam", "bool"),
     "bucket_mb": ("--bucket-mb", "str"),
     "no_overlap_comm": ("--no-overlap-comm", "bool"),
@@ -95,7 +96,7 @@ def _other_argv(model: str, *, gpus: int, pp: int, micro_batch: int, accum: int,
     if batched:
         argv += ["--batch", str(micro_batch)]
     argv += ["--grad-accum", str(accum), "--precision", precision, "--steps", str(steps)]
-    common = {"zero", "offload_optimizer", "torch_adam", "bucket_mb", "no_overlap_comm"}
+    common = {"zero", "offload_optimizer", "offload_param", "torch_adam", "bucket_mb", "no_overlap_comm"}
     unsupported = sorted(set(options or ()) - common - set(shapes))
     if unsupported:
         raise PresetError(f"the DeepSpeed {model} workload takes no {', '.join(unsupported)}",
