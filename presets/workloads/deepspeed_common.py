@@ -29,7 +29,7 @@ def add_deepspeed_options(p: argparse.ArgumentParser, default_zero: int = 2) -> 
     p.add_argument("--offload-param", choices=("none", "cpu", "nvme"), default="none",
                    help="ZeRO-Infinity: parameters kept on the CPU or on local storage (ZeRO 3)")
     p.add_argument("--nvme-path", default=None, metavar="DIR",
-                   help="folder of the NVMe swap files (default: a new temporary folder)")
+                   help="folder of the NVMe swap files (default: a new temporary folder, removed at exit)")
     p.add_argument("--torch-adam", action="store_true", help="torch's AdamW instead of DeepSpeed's FusedAdam")
     p.add_argument("--clip-grad", type=float, default=1.0, help="gradient clipping norm (0 disables)")
     p.add_argument("--bucket-mb", type=float, default=500.0,
@@ -73,8 +73,11 @@ def ds_config(args, dp: int) -> dict:
         zero.update(stage3_prefetch_bucket_size=bucket, stage3_param_persistence_threshold=int(1e5))
     nvme = args.nvme_path
     if "nvme" in (args.offload_optimizer, args.offload_param) and not nvme:
+        import atexit
+        import shutil
         import tempfile
         nvme = tempfile.mkdtemp(prefix="nvme-swap-")
+        atexit.register(shutil.rmtree, nvme, ignore_errors=True)     # the swap files go with the run
     for key, device in (("offload_optimizer", args.offload_optimizer), ("offload_param", args.offload_param)):
         if device != "none":
             zero[key] = {"device": device, "pin_memory": True, **({"nvme_path": nvme} if device == "nvme" else {})}
