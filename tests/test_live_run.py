@@ -73,6 +73,8 @@ def test_torchrun_environment_and_values_across_ranks(tmp_path):
         expect = [[k * 100 + r["rank"]] * (r["rank"] + 1) for k in range(world)]
         assert r["uneven"] == expect
         assert r["single"] == r["functional"] == [v for chunk in expect for v in chunk]
+        assert r["made"] == [[f"cuda:{r['rank']}", [3], "torch.bfloat16"], [f"cuda:{r['rank']}", [2], "torch.float32"],
+                             [f"cuda:{r['rank']}", [], "torch.float32"], [5.0, 5.0]]
 
 
 def test_ops_on_large_host_tensors_cost_their_bytes_at_the_host_rates():
@@ -622,6 +624,8 @@ def test_a_checkpoint_loads_back_and_training_resumes(tmp_path, where, weight, s
     (res,) = results(proc.stdout)
     assert res["weight"] == weight and res["step"] == step and res["shape"] == [16, 16]
     assert res["step_value"] == 1.0 and res["best"] == 0.25 and res["epoch"] == 3
+    assert res["size"] == ["Size", 256]
+    assert res["pair"] == ["Pair", "w", weight, [16, 16]]
 
 
 def test_datasets_of_the_rank_s_tensors_and_shuffled_samplers_give_the_batches_plain_pytorch_gives():

@@ -88,11 +88,45 @@ def _no_real_device_copies(dispatch_impl: Any) -> Any:
     return _dispatch_impl
 
 
+def _no_constants_onto_devices(dispatch_impl: Any) -> Any:
+    """The fake mode computes an op for real when every fake input holds a constant (a tensor of at most one element
+    made from data: `torch.tensor(())`, `torch.tensor(1.0)`). An op that makes its result on the simulated device
+    from such a tensor (`torch.tensor(()).new_empty(n, device="cuda")`, DeepSpeed's contiguous activation
+    checkpointing; `zeros_like(..., device="cuda")`) cannot run for real on a CPU-only torch and failed. Torch keeps
+    `_to_copy` out of that path (`avoid_device_init`); these go the fake way too, their inputs' constants hidden
+    for the call and kept."""
+
+    @functools.wraps(dispatch_impl)
+    def _dispatch_impl(self: FakeTensorMode, func: Any, types: Any, args: tuple, kwargs: dict) -> Any:
+        device = kwargs.get("device") if kwargs else None
+        if device is None or torch.device(device).type == "cpu":
+            return dispatch_impl(self, func, types, args, kwargs)
+        held = [t for t in _tensors_of(args) if isinstance(t, FakeTensor) and t.constant is not None]
+        kept = [t.constant for t in held]
+        for t in held:
+            t.constant = None
+        try:
+            return dispatch_impl(self, func, types, args, kwargs)
+        finally:
+            for t, constant in zip(held, kept):
+                t.constant = constant
+
+    _dispatch_impl.__phantora_devices__ = True           # type: ignore[attr-defined]
+    return _dispatch_impl
+
+
+def _tensors_of(args: Any) -> list:
+    return [a for a in torch.utils._pytree.tree_leaves(args) if isinstance(a, torch.Tensor)]
+
+
 def make_fake_mode(cuda_build: bool = False) -> FakeTensorMode:
     """The rank's fake mode; `cuda_build`: the rank's torch is a CUDA build (build.TorchInstall.cuda_build)."""
     import torch._subclasses.fake_tensor as fake_tensor
 
     FakeTensorMode.avoid_device_init = property(lambda self: True)   # type: ignore[assignment]
+    if not getattr(FakeTensorMode._dispatch_impl, "__phantora_devices__", False):
+        FakeTensorMode._dispatch_impl = _no_constants_onto_devices(  # type: ignore[method-assign]
+            FakeTensorMode._dispatch_impl)
     if cuda_build and not getattr(FakeTensorMode._dispatch_impl, "__wrapped_phantora__", False):
         FakeTensorMode._dispatch_impl = _no_real_device_copies(  # type: ignore[method-assign]
             FakeTensorMode._dispatch_impl)

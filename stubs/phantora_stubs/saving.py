@@ -104,10 +104,16 @@ def _materialize(obj: Any, map_location: Any, seen: dict) -> Any:
             return rebuilt
         except Exception:  # noqa: BLE001 - a mapping that cannot be rebuilt: as it is
             return obj
-    if isinstance(obj, list):
-        return [_materialize(v, map_location, seen) for v in obj]
-    if isinstance(obj, tuple) and not hasattr(obj, "_fields"):
-        return tuple(_materialize(v, map_location, seen) for v in obj)
+    if isinstance(obj, (list, tuple)):
+        items = [_materialize(v, map_location, seen) for v in obj]
+        if all(new is old for new, old in zip(items, obj)):
+            return obj                  # nothing to make: the object as loaded (a torch.Size stays one)
+        if type(obj) in (list, tuple):
+            return type(obj)(items)
+        try:                            # a named tuple, or another list or tuple type: rebuilt as its own type
+            return type(obj)(*items) if hasattr(obj, "_fields") else type(obj)(items)
+        except Exception:  # noqa: BLE001 - a sequence that cannot be rebuilt: as it is
+            return obj
     return obj
 
 

@@ -38,6 +38,11 @@ dist.all_to_all_single(single_out, single_in, [rank + 1] * world, [j + 1 for j i
 from torch.distributed import _functional_collectives as funcol  # noqa: E402
 func_out = funcol.all_to_all_single(single_in, [rank + 1] * world, [j + 1 for j in range(world)],
                                     dist.group.WORLD)
+# new tensors on the GPU made from a tensor of at most one element (the fake mode's constants): DeepSpeed's
+# contiguous activation checkpointing allocates its buffers as torch.tensor(()).new_empty(n, device=cuda)
+made = [torch.tensor(()).new_empty([3], dtype=torch.bfloat16, device="cuda"),
+        torch.tensor(2.0).new_full([2], 5.0, device="cuda"), torch.zeros_like(torch.tensor(1.0), device="cuda")]
+made = [[str(t.device), list(t.shape), str(t.dtype)] for t in made] + [made[1].tolist()]
 env = {k: os.environ.get(k) for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
                                       "MASTER_PORT", "GROUP_RANK")}
 print("RESULT " + json.dumps({"rank": rank, "world": world, "sum": s.item(), "max": m.item(), "objs": objs,
@@ -45,5 +50,5 @@ print("RESULT " + json.dumps({"rank": rank, "world": world, "sum": s.item(), "ma
                               "ids_ok": ids.tolist() == list(range(1000)), "floats_from_root": floats[0].item(),
                               "a2a": [t.item() for t in a2a_out],
                               "uneven": [t.tolist() for t in uneven_out], "single": single_out.tolist(),
-                              "functional": func_out.tolist()}), flush=True)
+                              "functional": func_out.tolist(), "made": made}), flush=True)
 dist.destroy_process_group()
