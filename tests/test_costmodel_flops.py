@@ -332,3 +332,31 @@ def test_unknown_op_uses_generic_rule():
 ])
 def test_classification(name, family):
     assert classify(name) == family
+
+
+# ---- fused inference fast paths ------------------------------------------------------------------------------------
+
+def test_the_encoder_layer_fast_path_does_the_work_of_the_kernels_it_stands_for():
+    """nn.TransformerEncoderLayer's inference fast path is one op; its FLOPs are those of the GEMMs and attention
+    the unfused layer runs (qkv projection, scores and values, output projection, the feed-forward's two GEMMs)."""
+    b, t, d, h, f = 2, 512, 256, 4, 1024
+    x = T(b, t, d)
+    fast = W(aten._transformer_encoder_layer_fwd.default, x, d, h, T(3 * d, d), T(3 * d), T(d, d), T(d), False,
+             False, 1e-5, T(d), T(d), T(d), T(d), T(f, d), T(f), T(d, f), T(d))
+    q = T(b, h, t, d // h)
+    parts = [W(aten.linear.default, x, T(3 * d, d)), W(aten._scaled_dot_product_flash_attention.default, q, q, q),
+             W(aten.linear.default, x, T(d, d)), W(aten.linear.default, x, T(f, d)),
+             W(aten.linear.default, T(b, t, f), T(d, f))]
+    assert fast.flops == sum(p.flops for p in parts)
+    assert fast.family == fam.MATMUL and fast.tensor_core and fast.dtype == "bf16"
+    assert fast.nbytes >= 2 * (b * t * d * 2 + 3 * d * d + d * d + 2 * f * d)     # in, out and the weights, once
+
+
+def test_the_attention_fast_path_does_the_work_of_the_kernels_it_stands_for():
+    b, t, s, d, h = 2, 256, 384, 512, 8
+    fast = W(aten._native_multi_head_attention.default, T(b, t, d), T(b, s, d), T(b, s, d), d, h, T(3 * d, d),
+             T(3 * d), T(d, d), T(d))
+    parts = [W(aten.linear.default, T(b, t, d), T(d, d)), W(aten.linear.default, T(b, s, d), T(2 * d, d)),
+             W(aten._scaled_dot_product_flash_attention.default, T(b, h, t, d // h), T(b, h, s, d // h),
+               T(b, h, s, d // h)), W(aten.linear.default, T(b, t, d), T(d, d))]
+    assert fast.flops == sum(p.flops for p in parts)

@@ -10,7 +10,8 @@ the modules below are re-exported here.
 - `common`: family names, `Work`, dtype sizes, shape and byte helpers, the generic fallback rule;
 - `classification`: op name -> family (`classify`);
 - `gemm`: matmul and convolution; `attention`: fused attention; `pointwise`: elementwise ops and reductions;
-  `norm`: norms and softmax; `fused`: Inductor's generated kernels (torch.compile); `indexing`: index / gather / scatter, embedding, nll_loss; `optimizer`: `_foreach_*`
+  `norm`: norms and softmax; `fused`: Inductor's generated kernels (torch.compile); `fastpath`: the fused inference
+  fast paths of nn.TransformerEncoderLayer and nn.MultiheadAttention; `indexing`: index / gather / scatter, embedding, nll_loss; `optimizer`: `_foreach_*`
   and fused optimizers; `movement`: views, allocations, copies, concatenation.
 """
 
@@ -26,6 +27,7 @@ from .common import (ALLOC, ATTN_BWD, ATTN_FWD, CAT, COLLECTIVE, CONV, COPY, ELE
                      INDEX, ITEMSIZE, LOSS, MATMUL, NO_KERNEL, NORM, OPTIMIZER, OTHER, REDUCTION, SOFTMAX,
                      TENSOR_CORE_FAMILIES, VIEW, Work, _other, _packet, broadcast, is_contiguous, itemsize, numel,
                      peak_key, touched)
+from .fastpath import FAST_PATHS, _fast_path
 from .fused import _fused
 from .gemm import _conv, _matmul
 from .indexing import _embedding, _index, _loss
@@ -47,7 +49,12 @@ __all__ = [
 def work(sig: Signature) -> Work:
     """FLOPs, bytes, arithmetic dtype and launch count of one kernel with this signature."""
     family = classify(sig.op)
-    fn = _fused if sig.op.startswith("inductor.") else _COUNTERS.get(family, _other)
+    if sig.op.startswith("inductor."):
+        fn = _fused
+    elif _packet(sig.op)[1] in FAST_PATHS:
+        fn = _fast_path
+    else:
+        fn = _COUNTERS.get(family, _other)
     try:
         w = fn(sig, family)
     except (IndexError, TypeError, ValueError, ZeroDivisionError):
