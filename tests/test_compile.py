@@ -209,3 +209,51 @@ def test_a_frame_with_nothing_to_compile_costs_no_compilation(stub_cache):
     out = run_script("compile_empty_frame.py", stub_cache)
     assert out["empty_s"] < 1e-3, out
     assert out["graph_s"] >= 8.75, out
+
+
+@pytest.mark.parametrize("kind", ["c10d", "functional"])
+def test_a_gemm_whose_result_goes_straight_into_an_all_reduce_is_costed(tmp_path, kind):
+    """Inductor names the collective's wait as the origin of a GEMM whose output it realizes for the all-reduce;
+    the GEMM is still an extern kernel the region runs: each call costs one mm of 2·M·N·K FLOPs on each rank."""
+    from test_live_run import SCRIPTS, phantora_run
+
+    from phantora.trace.reader import TraceReader
+    trace = tmp_path / "t.h5"
+    proc = phantora_run("--gpus-per-node", "2", "--trace", str(trace), "--", "python",
+                        str(SCRIPTS / "compiled_gemm_allreduce.py"), kind, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with TraceReader(trace) as r:
+        names = r.names
+        for rank in r.ranks:
+            ops = r.ops(rank)
+            mm = [op for op in ops if names[op["name"]].split(".")[-2:-1] == ["mm"]]      # aten.mm.default
+            assert [op["flops"] for op in mm] == [2.0 * 4096 * 1024 * 2048] * 2, [names[o["name"]] for o in ops]
+
+
+@pytest.mark.parametrize("kind", ["adamw", "sgd"])
+def test_a_compiled_optimizer_step_runs_and_moves_at_least_the_update_s_bytes(stub_cache, tmp_path, kind):
+    """`torch.compile` around `opt.step()` (Dynamo makes AdamW's moments while tracing, Inductor reinplaces the
+    foreach ops): each compiled step's generated kernels move at least what the update must read and write in fp32
+    (AdamW: parameter, gradient and both moments read, parameter and moments written, 7 x 4 bytes an element; SGD
+    without momentum: 3 x 4), and the moments are the parameters' shapes on the GPU."""
+    oplog = tmp_path / "ops.jsonl"
+    out = run_script("compiled_optimizer.py", stub_cache, kind, oplog=oplog)
+    sections = _sections(oplog)
+    steps = sections[1::2][:3]                  # each step's section follows its backward's
+    floor = (7 if kind == "adamw" else 3) * 4 * out["params"]
+    for sec in steps:
+        generated = [op for op in sec if op["name"].startswith("triton_")]
+        assert generated and sum(op["nbytes"] for op in generated) >= floor, sec
+    if kind == "adamw":
+        assert [sorted(s) for s in out["state"]] == [["exp_avg", "exp_avg_sq", "step"]] * 2
+        assert [s["exp_avg"] for s in out["state"]] == [[[1024, 1024], "cuda:0"], [[1024], "cuda:0"]]
+
+
+def test_frames_dynamo_gives_up_on_are_reported_apart_from_compiled_ones(stub_cache):
+    """The report counts a frame as compiled when Dynamo converted it, and names the frames it gave up on with
+    Dynamo's reason. With a recompile limit of 2, `sized` compiles at its first two sizes (one recompilation) and is
+    given up at the third (the fourth is not tried again); `looped` breaks its graph inside a loop and is given up."""
+    report = run_script("compile_given_up.py", stub_cache)["report"]
+    assert "2 frame(s) compiled (1 recompilation(s))" in report, report
+    assert "2 frame(s) Dynamo gave up on, run eagerly" in report, report
+    assert "recompile limit" in report and "builtin operator" in report, report

@@ -102,6 +102,7 @@ def _charge_calls() -> None:
 class _Stats:
     frames = 0           # frames Dynamo compiled (recompilations included)
     recompiles = 0       # compilations of a frame that had been compiled before (a guard failed)
+    eager: dict = {}     # frames Dynamo gave up on (a graph break in a loop, the recompile limit), by first line
     graphs = 0           # graphs Inductor lowered (a forward and a backward count two)
     handed = 0           # graphs Dynamo handed to a backend (Inductor or another: "eager", "aot_eager", a user's)
     generated = 0        # generated kernels in those graphs
@@ -184,7 +185,15 @@ def _size_symbols(gm: torch.fx.GraphModule) -> list[tuple[int, Any, int | None]]
 
 
 def _group_sizes(snode: Any) -> tuple[Any, Any]:
-    """(elements, reduced elements per output) of a scheduler node's iteration group."""
+    """(elements, reduced elements per output) of a scheduler node's iteration group. A foreach (combo) kernel, one
+    launch over many tensors (a compiled optimizer step), has no group of its own: its parts' elements, summed."""
+    from torch._inductor import scheduler as sch
+    if isinstance(snode, sch.ForeachKernelSchedulerNode):
+        total = 0
+        for part in snode.snodes:
+            numel, rnumel = _group_sizes(part)
+            total = total + numel * rnumel
+        return total, 1
     group = snode.group[1] if isinstance(snode.group, tuple) and len(snode.group) == 2 else ()
     sizes = []
     for g in group:
@@ -222,10 +231,13 @@ def _plan(graph: Any) -> tuple[list[_Kernel], set[int], set[int]]:
         if isinstance(snode, sch.NopKernelSchedulerNode):
             continue
         if isinstance(snode, sch.ExternKernelSchedulerNode):
-            # the FX node whose lowering is this call (its `origins` also name the ops fused into its inputs)
+            # the FX node whose lowering is this call (its `origins` also name the ops fused into its inputs). An
+            # extern kernel's output realized while a later node was lowered names that node as its origin node
+            # (a GEMM whose result goes straight into an all-reduce: the collective's wait): then its origins say
+            origins = _origins(snode.node)
             node = getattr(snode.node, "origin_node", None)
-            found = [index[o] for o in _origins(snode.node) if o in index]
-            if node in index:
+            found = [index[o] for o in origins if o in index]
+            if node in index and (node in origins or not found):
                 extern.add(index[node])
             elif found:
                 extern.add(max(found))
@@ -376,6 +388,18 @@ class _SimulatedModule:
         return out
 
 
+def _plain(x: Any) -> Any:
+    """FX's immutable lists and dicts as plain ones: some ops' schemas refuse them (`_foreach_pow`'s exponent list,
+    which Inductor's generated code passes as a list)."""
+    if isinstance(x, list):
+        return [_plain(v) for v in x]
+    if type(x) is tuple:
+        return tuple(_plain(v) for v in x)
+    if isinstance(x, dict):
+        return {k: _plain(v) for k, v in x.items()}
+    return x
+
+
 class _Runner(torch.fx.Interpreter):
     def __init__(self, mod: _SimulatedModule, icpt: Any):
         super().__init__(mod.gm, garbage_collect_values=True)
@@ -394,6 +418,16 @@ class _Runner(torch.fx.Interpreter):
             self.icpt.emit_fused(k.kind, k.name, k.numel, k.rnumel, k.nbytes, k.flops, k.device, k.recipe)
         return out
 
+    def call_function(self, target, args, kwargs):
+        args, kwargs = _plain(args), _plain(kwargs)
+        out = super().call_function(target, args, kwargs)
+        name = target.overloadpacket.__name__ if isinstance(target, torch._ops.OpOverload) else ""
+        if out is None and name.startswith("_foreach_") and name.endswith("_") and args and isinstance(args[0], list):
+            # an in-place foreach op Inductor put in place of its functional form (a compiled optimizer step): the
+            # graph still takes the functional result's items, which are the updated inputs (as Inductor lowers it)
+            return list(args[0])
+        return out
+
 
 def _compile_to_module(self):
     """GraphLowering.compile_to_module under simulation: the scheduler's kernels, no code."""
@@ -409,16 +443,25 @@ def _compile_to_module(self):
 def _wrap_compile(original):
     def _compile(code, *args, **kwargs):
         from .interceptor import shadow
-        STATS.frames += 1
-        if len(args) >= 10 and args[9] is not None:       # cache_entry: this frame was compiled before
-            STATS.recompiles += 1
         handed = STATS.handed
+        converted = False
         METER.enter(1)
         try:
             with shadow():                                 # tracing on fake tensors is no GPU work
-                return original(code, *args, **kwargs)
+                out = original(code, *args, **kwargs)
+            converted = getattr(out, "guarded_code", None) is not None    # else a frame with nothing to compile
+            return out
+        except Exception as e:
+            # Dynamo gave the frame up (it runs eagerly, or the error reaches the program under fullgraph=True)
+            reason = str(e).strip().splitlines()[0][:100] if str(e).strip() else type(e).__name__
+            STATS.eager[reason] = STATS.eager.get(reason, 0) + 1
+            raise
         finally:
             METER.exit()
+            if converted:
+                STATS.frames += 1
+                if len(args) >= 10 and args[9] is not None:    # cache_entry: this frame was compiled before
+                    STATS.recompiles += 1
             if STATS.handed == handed:
                 pass                 # no graph for the backend (a frame with no ops): nothing compiled, none charged
             elif not STATS.charged:
@@ -468,6 +511,20 @@ def _unmetered_call(call):
 _EAGER_MODULE = "torch.nn.attention.flex_attention"
 
 
+def _init_group_in_the_rank(call):
+    """Dynamo runs an optimizer's `_init_group` for real while it traces a compiled step (the state it makes, Adam's
+    moments, must exist before the graph), with the dispatch modes off: on the rank's fake device its
+    `torch.zeros(..., device="cuda")` failed. It runs under the rank's fake mode and interceptor, as eagerly."""
+    @functools.wraps(call)
+    def call_method(self, tx, name, args, kwargs):
+        from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+        if name != "_init_group" or _CTX is None or _CTX.interceptor in _get_current_dispatch_mode_stack():
+            return call(self, tx, name, args, kwargs)
+        with _CTX.fake_mode, _CTX.interceptor:
+            return call(self, tx, name, args, kwargs)
+    return call_method
+
+
 def _wrap_torch_compile(original):
     def compile(model: Any = None, *args: Any, **kwargs: Any) -> Any:
         if getattr(model, "__module__", None) == _EAGER_MODULE:
@@ -500,7 +557,7 @@ def _wrap_torch_compile(original):
 
 def report() -> str | None:
     """One line on what was compiled in this process, or None when nothing was."""
-    if not STATS.frames and not STATS.eager_flex:
+    if not STATS.frames and not STATS.eager and not STATS.eager_flex:
         return None
     import torch._dynamo.utils as dynamo_utils
     breaks = dynamo_utils.counters.get("graph_break", {})
@@ -508,6 +565,10 @@ def report() -> str | None:
     line = (f"phantora: torch.compile: {STATS.frames} frame(s) compiled ({STATS.recompiles} recompilation(s)), "
             f"{n_breaks} graph break(s), {STATS.graphs} Inductor graph(s) with {STATS.generated} generated and "
             f"{STATS.extern} extern kernel(s)")
+    if STATS.eager:
+        top = sorted(STATS.eager.items(), key=lambda kv: -kv[1])[:3]
+        line += (f"; {sum(STATS.eager.values())} frame(s) Dynamo gave up on, run eagerly: "
+                 + "; ".join(f"{n} x {reason}" for reason, n in top))
     if STATS.charged:
         line += f"; host time charged: {COMPILE_FIRST_S:g} s for the first step's compilation"
         if STATS.later:
@@ -637,6 +698,10 @@ def install(original_compile: Any) -> None:
         if not hasattr(cls.__call__, "__wrapped__"):
             cls.__call__ = _unmetered_call(cls.__call__)
     _skip_stand_ins()
+    import torch._dynamo.variables.optimizer as dynamo_optimizer
+    method = dynamo_optimizer.OptimizerVariable.call_method
+    if not hasattr(method, "__wrapped__"):
+        dynamo_optimizer.OptimizerVariable.call_method = _init_group_in_the_rank(method)
     torch.compile = _wrap_torch_compile(original_compile)
     # Inductor checks its inputs' alignment through data_ptr(), which a fake tensor answers with a warning
     warnings.filterwarnings("ignore", message="Accessing the data pointer of FakeTensor")

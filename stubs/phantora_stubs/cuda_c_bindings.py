@@ -96,3 +96,19 @@ def _c_functions() -> dict[str, Any]:
         _cuda_resetAccumulatedHostMemoryStats, _cuda_getMemoryFraction, _cuda_setMemoryFraction,
         _cuda_cudaCachingAllocator_raw_alloc, _cuda_cudaCachingAllocator_raw_delete, _cuda_getCurrentBlasHandle,
         _cuda_get_conv_benchmark_empty_cache)}
+
+
+class _cuda_CUDAAllocator_AllocatorState:
+    """The caching allocator's saved state (a CUDA graph pool's), which torch._inductor.cudagraph_trees imports
+    wherever torch.backends.cuda.is_built() says True; CUDA graphs are not simulated, so it is never made."""
+
+
+def _set_cached_tensors_enabled(enabled: bool) -> None:
+    """CUDA-graph trees' cached-tensor switch (imported with the class above): nothing is cached."""
+
+
+CUDA_GRAPH_NAMES = {"_cuda_CUDAAllocator_AllocatorState": _cuda_CUDAAllocator_AllocatorState,
+                    "_set_cached_tensors_enabled": _set_cached_tensors_enabled}
+"""torch._C names a CPU-only torch lacks that torch imports for CUDA graphs once CUDA is said to be built
+(`torch.compiler.cudagraph_mark_step_begin()`, Dynamo's compiled optimizer step)."""
+

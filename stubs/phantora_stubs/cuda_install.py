@@ -16,7 +16,7 @@ Nothing here touches a real GPU, also on a CUDA build of torch. docs/stubs.md li
 
 from __future__ import annotations
 
-from .cuda_c_bindings import _c_functions
+from .cuda_c_bindings import CUDA_GRAPH_NAMES, _c_functions
 from .cuda_device import (_exchange_device, _is_in_bad_fork, _maybe_exchange_device, _lazy_init, can_device_access_peer, current_device,
                           device, device_count, device_of, get_arch_list, get_device_capability, get_device_name,
                           get_device_properties, get_gencode_flags, init, is_available, is_bf16_supported,
@@ -126,6 +126,9 @@ def install(ctx) -> None:
     cuda._initialized = True
     for name, fn in _c_functions().items():
         setattr(torch._C, name, fn)
+    for name, obj in CUDA_GRAPH_NAMES.items():
+        if not hasattr(torch._C, name):
+            setattr(torch._C, name, obj)
     acc = getattr(torch, "accelerator", None)
     if acc is not None:
         if hasattr(acc, "synchronize"):
