@@ -257,3 +257,15 @@ def test_frames_dynamo_gives_up_on_are_reported_apart_from_compiled_ones(stub_ca
     assert "2 frame(s) compiled (1 recompilation(s))" in report, report
     assert "2 frame(s) Dynamo gave up on, run eagerly" in report, report
     assert "recompile limit" in report and "builtin operator" in report, report
+
+
+def test_cuda_graphs_asked_for_by_config_are_announced_and_two_e5m2_operands_refused():
+    """`torch._inductor.config.triton.cudagraphs = True` (set by the program) runs without CUDA graphs and says so,
+    as `mode="reduce-overhead"` does; `torch._scaled_mm` of two e5m2 operands raises ATen's ValueError."""
+    from test_live_run import SCRIPTS, phantora_run, results
+    proc = phantora_run("--gpus-per-node", "1", "--no-trace", "--", "python", str(SCRIPTS / "cuda_graphs_config.py"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    said = [ln for ln in (proc.stdout + proc.stderr).splitlines() if "simulated without CUDA graphs" in ln]
+    assert len(said) == 1 and "triton.cudagraphs=True" in said[0], said
+    (res,) = results(proc.stdout)
+    assert res["e5m2"] == "Multiplication of two Float8_e5m2 matrices is not supported"

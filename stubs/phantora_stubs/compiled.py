@@ -532,13 +532,18 @@ def _wrap_torch_compile(original):
             # make a Triton template of it; simulated as the eager higher-order op instead
             STATS.eager_flex += 1
             return model
+        import torch._inductor.config as inductor_config
         mode = kwargs.get("mode")
         options = dict(kwargs.get("options") or {})
+        if inductor_config.triton.cudagraphs:          # set by the program for every compilation
+            inductor_config.triton.cudagraphs = False
+            options["triton.cudagraphs"] = True
         if mode in ("reduce-overhead", "max-autotune") or options.get("triton.cudagraphs"):
             # CUDA graphs replay recorded launches: not simulated; the region's kernels are launched one by one
             if not STATS.cudagraphs:
                 STATS.cudagraphs = True
-                print(f"phantora: torch.compile(mode={mode!r}) is simulated without CUDA graphs: its kernels are "
+                asked = f"mode={mode!r}" if mode in ("reduce-overhead", "max-autotune") else "triton.cudagraphs=True"
+                print(f"phantora: torch.compile({asked}) is simulated without CUDA graphs: its kernels are "
                       "launched one by one (docs/compile.md)", file=sys.stderr, flush=True)
             if mode == "reduce-overhead":
                 kwargs.pop("mode")
@@ -672,7 +677,8 @@ def install(original_compile: Any) -> None:
     inductor_config.autotune_remote_cache = False
     functorch_config.enable_autograd_cache = False
     inductor_config.compile_threads = 1
-    inductor_config.triton.cudagraphs = False
+    # CUDA graphs (`triton.cudagraphs`, the program's setting or a mode's) are switched off by the torch.compile
+    # wrapper below, which says so
     # GEMMs stay cuBLAS calls (max-autotune's Triton templates would need a GPU to choose among them)
     inductor_config.max_autotune_gemm_backends = "ATEN"
     # constant folding evaluates tensors at compile time: placeholders have no values to fold
