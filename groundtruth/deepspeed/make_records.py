@@ -48,7 +48,7 @@ REPEATS = {
     "pp2-z1-llama3.2-3b-s2048-mb1-ga8": ("h200x2-clocks/pp2-z1-llama3.2-3b-s2048-mb1-ga8.json",),
     "pp2-z1-llama3.2-1b-s2048-mb2-ga8-ac": ("h200x2-clocks/pp2-z1-llama3.2-1b-s2048-mb2-ga8-ac.json",),
     "dp2-z2-llama3.2-3b-s4096-mb1-ac": ("h200x2-clocks/dp2-z2-llama3.2-3b-s4096-mb1-ac.json",),
-    # ZeRO-Infinity: a second machine start, its storage measured through DeepSpeed's handle in the same session
+    # ZeRO-Infinity: a second host, its storage measured through DeepSpeed's handle beside the run
     "g1-z3-llama3.2-1b-l2-s2048-mb2-nvme": ("h200-nvme/run2/g1-z3-llama3.2-1b-l2-s2048-mb2-nvme-r2.json",),
 }
 

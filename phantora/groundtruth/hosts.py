@@ -29,7 +29,7 @@ HOSTS = {
 
 
 ONE_GPU_WORDS = {"NVIDIA H200": "a one-H200 host"}
-"""A host type's words where its nvidia-smi listed one GPU (the lent hosts come with one or two)."""
+"""A host type's words where its nvidia-smi listed one GPU (hosts of this type have one or two)."""
 
 
 def host_of(folder: Path) -> MeasuredHost:

@@ -184,6 +184,19 @@ def _size_symbols(gm: torch.fx.GraphModule) -> list[tuple[int, Any, int | None]]
     return list(found.values())
 
 
+def _flops(snode: Any) -> Any:
+    """One FLOP per element of each fused aten op; a foreach (combo) kernel's parts each over their own elements."""
+    from torch._inductor import scheduler as sch
+    if isinstance(snode, sch.ForeachKernelSchedulerNode):
+        total = 0
+        for part in snode.snodes:
+            total = total + _flops(part)
+        return total
+    numel, rnumel = _group_sizes(snode)
+    ops = sum(1 for n in snode.get_nodes() for o in _origins(n.node) if getattr(o, "op", "") == "call_function")
+    return ops * numel * (max(rnumel, 1) if isinstance(rnumel, int) else _sympy_max(rnumel, 1))
+
+
 def _group_sizes(snode: Any) -> tuple[Any, Any]:
     """(elements, reduced elements per output) of a scheduler node's iteration group. A foreach (combo) kernel, one
     launch over many tensors (a compiled optimizer step), has no group of its own: its parts' elements, summed."""
@@ -248,7 +261,6 @@ def _plan(graph: Any) -> tuple[list[_Kernel], set[int], set[int]]:
             continue
         reduction = any(isinstance(n, sch.SchedulerNode) and n.is_reduction() for n in snode.get_nodes())
         numel, rnumel = _group_sizes(snode)
-        ops = sum(1 for n in snode.get_nodes() for o in _origins(n.node) if getattr(o, "op", "") == "call_function")
         per_output = rnumel if isinstance(rnumel, int) else _sympy_max(rnumel, 1)
         nbytes = int(snode.get_read_write_buffers_sizes())
         if not (isinstance(numel, int) and isinstance(rnumel, int)):
@@ -259,9 +271,7 @@ def _plan(graph: Any) -> tuple[list[_Kernel], set[int], set[int]]:
             nbytes = nbytes * space / at_hint
         kernel = _Kernel("reduction" if reduction else "pointwise",
                          get_fused_kernel_name(snode.get_nodes(), "original_aten"), numel, rnumel,
-                         nbytes, ops * numel * max(per_output, 1)
-                         if isinstance(per_output, int) else ops * numel * per_output,
-                         max(origins), device.index or 0)
+                         nbytes, _flops(snode), max(origins), device.index or 0)
         if not kernel.symbolic():
             kernel.recipe, kernel.stores = _recipe(snode, fx_nodes, index, value_of, set(origins), nbytes)
         kernels.append(kernel)
@@ -452,9 +462,11 @@ def _wrap_compile(original):
             converted = getattr(out, "guarded_code", None) is not None    # else a frame with nothing to compile
             return out
         except Exception as e:
-            # Dynamo gave the frame up (it runs eagerly, or the error reaches the program under fullgraph=True)
-            reason = str(e).strip().splitlines()[0][:100] if str(e).strip() else type(e).__name__
-            STATS.eager[reason] = STATS.eager.get(reason, 0) + 1
+            from torch._dynamo.exc import Unsupported
+            if isinstance(e, Unsupported):
+                # Dynamo gave the frame up (it runs eagerly, or the error reaches the program under fullgraph=True)
+                reason = str(e).strip().splitlines()[0][:100] if str(e).strip() else type(e).__name__
+                STATS.eager[reason] = STATS.eager.get(reason, 0) + 1
             raise
         finally:
             METER.exit()
@@ -525,6 +537,14 @@ def _init_group_in_the_rank(call):
     return call_method
 
 
+def _no_cuda_graphs(asked: str) -> None:
+    """Say once that CUDA graphs, asked for by `asked`, are not simulated."""
+    if not STATS.cudagraphs:
+        STATS.cudagraphs = True
+        print(f"phantora: torch.compile({asked}) is simulated without CUDA graphs: its kernels are launched one by "
+              "one (docs/compile.md)", file=sys.stderr, flush=True)
+
+
 def _wrap_torch_compile(original):
     def compile(model: Any = None, *args: Any, **kwargs: Any) -> Any:
         if getattr(model, "__module__", None) == _EAGER_MODULE:
@@ -540,11 +560,8 @@ def _wrap_torch_compile(original):
             options["triton.cudagraphs"] = True
         if mode in ("reduce-overhead", "max-autotune") or options.get("triton.cudagraphs"):
             # CUDA graphs replay recorded launches: not simulated; the region's kernels are launched one by one
-            if not STATS.cudagraphs:
-                STATS.cudagraphs = True
-                asked = f"mode={mode!r}" if mode in ("reduce-overhead", "max-autotune") else "triton.cudagraphs=True"
-                print(f"phantora: torch.compile({asked}) is simulated without CUDA graphs: its kernels are "
-                      "launched one by one (docs/compile.md)", file=sys.stderr, flush=True)
+            _no_cuda_graphs(f"mode={mode!r}" if mode in ("reduce-overhead", "max-autotune")
+                            else "triton.cudagraphs=True")
             if mode == "reduce-overhead":
                 kwargs.pop("mode")
             elif mode == "max-autotune":
@@ -677,8 +694,9 @@ def install(original_compile: Any) -> None:
     inductor_config.autotune_remote_cache = False
     functorch_config.enable_autograd_cache = False
     inductor_config.compile_threads = 1
-    # CUDA graphs (`triton.cudagraphs`, the program's setting or a mode's) are switched off by the torch.compile
-    # wrapper below, which says so
+    if inductor_config.triton.cudagraphs:        # the program's setting: off, and said so (as for a mode's, below)
+        _no_cuda_graphs("triton.cudagraphs=True")
+    inductor_config.triton.cudagraphs = False
     # GEMMs stay cuBLAS calls (max-autotune's Triton templates would need a GPU to choose among them)
     inductor_config.max_autotune_gemm_backends = "ATEN"
     # constant folding evaluates tensors at compile time: placeholders have no values to fold

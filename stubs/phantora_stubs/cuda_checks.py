@@ -14,7 +14,7 @@ simulation too, with the GPU's message, instead of running on as something it is
   its generator, so without this check both ran.
 - FP8 GEMMs (`torch._scaled_mm` and its grouped form) on a GPU without FP8 tensor cores (compute capability below
   8.9: the A100, the RTX 3090): CUDA raises; they had been costed at the bf16 rate. Two e5m2 operands: ATen
-  refuses them on every GPU (a ValueError).
+  refuses them on every NVIDIA GPU (a ValueError).
 """
 
 from __future__ import annotations
@@ -72,7 +72,8 @@ def _scaled_mm(args: tuple, kwargs: dict) -> None:
     if sm < 89:
         raise RuntimeError("torch._scaled_mm is only supported on CUDA devices with compute capability >= 9.0 or "
                            f"8.9, or ROCm MI300+ (this GPU: {sm // 10}.{sm % 10})")
-    a, b = (args[0], args[1]) if len(args) >= 2 else (kwargs.get("self"), kwargs.get("mat2"))
+    a = args[0] if args else kwargs.get("self")
+    b = args[1] if len(args) > 1 else kwargs.get("mat2")
     if getattr(a, "dtype", None) == torch.float8_e5m2 and getattr(b, "dtype", None) == torch.float8_e5m2:
         raise ValueError("Multiplication of two Float8_e5m2 matrices is not supported")     # ATen's own check
 

@@ -27,6 +27,7 @@ import functools
 import json
 import sys
 import threading
+import warnings
 from typing import Any
 
 import torch
@@ -111,8 +112,14 @@ def _materialize(obj: Any, map_location: Any, seen: dict) -> Any:
         if type(obj) in (list, tuple):
             return type(obj)(items)
         try:                            # a named tuple, or another list or tuple type: rebuilt as its own type
+            if isinstance(obj, list):
+                rebuilt = copy.copy(obj)        # its attributes kept
+                rebuilt[:] = items
+                return rebuilt
             return type(obj)(*items) if hasattr(obj, "_fields") else type(obj)(items)
         except Exception:  # noqa: BLE001 - a sequence that cannot be rebuilt: as it is
+            warnings.warn(f"phantora: torch.load kept a {type(obj).__name__} as loaded: its tensors stay meta "
+                          "tensors (it cannot be rebuilt from its items)", stacklevel=2)
             return obj
     return obj
 

@@ -9,7 +9,7 @@ import sys
 import torch
 
 kind = sys.argv[1]
-model = torch.nn.Linear(1024, 1024, device="cuda")
+model = torch.nn.Sequential(*[torch.nn.Linear(1024, 1024, device="cuda") for _ in range(4)])     # 8 tensors
 opt = torch.optim.AdamW(model.parameters(), lr=torch.tensor(0.01)) if kind == "adamw" else \
     torch.optim.SGD(model.parameters(), lr=0.01)
 
@@ -28,4 +28,5 @@ for _ in range(3):
     opt.zero_grad()
 state = [{k: [list(v.shape), str(v.device)] for k, v in s.items() if isinstance(v, torch.Tensor)}
          for s in opt.state.values()]
-print(json.dumps({"params": sum(p.numel() for p in model.parameters()), "state": state}))
+print(json.dumps({"params": sum(p.numel() for p in model.parameters()), "tensors": len(list(model.parameters())),
+                  "state": state}))
