@@ -399,8 +399,8 @@ class _SimulatedModule:
 
 
 def _plain(x: Any) -> Any:
-    """FX's immutable lists and dicts as plain ones: some ops' schemas refuse them (`_foreach_pow`'s exponent list,
-    which Inductor's generated code passes as a list)."""
+    """FX's immutable lists and dicts as plain ones: the foreach ops' schemas refuse them (`_foreach_pow`'s exponent
+    list, which Inductor's generated code passes as a list)."""
     if isinstance(x, list):
         return [_plain(v) for v in x]
     if type(x) is tuple:
@@ -429,9 +429,10 @@ class _Runner(torch.fx.Interpreter):
         return out
 
     def call_function(self, target, args, kwargs):
-        args, kwargs = _plain(args), _plain(kwargs)
-        out = super().call_function(target, args, kwargs)
         name = target.overloadpacket.__name__ if isinstance(target, torch._ops.OpOverload) else ""
+        if name.startswith("_foreach_"):            # their list arguments' schemas refuse FX's immutable lists
+            args, kwargs = _plain(args), _plain(kwargs)
+        out = super().call_function(target, args, kwargs)
         if out is None and name.startswith("_foreach_") and name.endswith("_") and args and isinstance(args[0], list):
             # an in-place foreach op Inductor put in place of its functional form (a compiled optimizer step): the
             # graph still takes the functional result's items, which are the updated inputs (as Inductor lowers it)
