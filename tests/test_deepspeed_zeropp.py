@@ -1,8 +1,8 @@
 """DeepSpeed ZeRO++ (ZeRO-3 with quantized weights, qwZ; quantized gradients, qgZ; a secondary partition per node,
 hpZ) under `phantora run`, its quantizer kernels answered by the stand-ins of standins/deepspeed.py in the stubs.
 
-presets/workloads/deepspeed_gpt.py (llama-tiny, ZeRO-3, bf16) on 2 nodes of 2 GPUs, once with
-`zero_quantized_weights`, `zero_quantized_gradients` and `zero_hpz_partition_size: 2`, once without; every parameter
+presets/workloads/deepspeed_gpt.py (llama-tiny, ZeRO-3, bf16) on 2 nodes of 2 GPUs, once with its ZeRO++ flags
+(`zero_quantized_weights`, `zero_quantized_gradients` and `zero_hpz_partition_size: 2`), once without; every parameter
 gathered when used (`stage3_param_persistence_threshold: 0`) in both. Checked against the physics of the scheme, in
 the second step (between the first two iteration marks) of rank 0:
 - qwZ: the weights' all-gathers over the world move int8 values and one fp32 scale per group of thousands of values:
@@ -28,15 +28,16 @@ from test_deepspeed_live import phantora_run, window_ops
 
 ROOT = Path(__file__).resolve().parent.parent
 NODES, GPN = 2, 2
-ZEROPP = {"zero_quantized_weights": True, "zero_quantized_gradients": True, "zero_hpz_partition_size": GPN}
+# the workload's ZeRO++ flags: zero_quantized_weights, zero_quantized_gradients, zero_hpz_partition_size
+ZEROPP = ("--quantized-weights", "--quantized-gradients", "--hpz", str(GPN))
 
 
-def run(tmp: Path, zero: dict, cache: Path) -> Path:
+def run(tmp: Path, flags: tuple[str, ...], cache: Path) -> Path:
     tmp.mkdir()
     config = tmp / "ds.json"
-    config.write_text(json.dumps({"zero_optimization": {"stage3_param_persistence_threshold": 0, **zero}}))
+    config.write_text(json.dumps({"zero_optimization": {"stage3_param_persistence_threshold": 0}}))
     trace, summary = phantora_run(tmp, GPN, "--zero", "3", "--seq", "256", "--steps", "2", "--ds-config",
-                                  str(config), cache=cache, run_args=("--nodes", str(NODES)))
+                                  str(config), *flags, cache=cache, run_args=("--nodes", str(NODES)))
     assert summary["config"]["world_size"] == NODES * GPN
     return trace
 
@@ -54,7 +55,7 @@ def collective_bytes(t: TraceReader, name: str) -> dict[tuple[int, ...], int]:
 @pytest.mark.skipif(importlib.util.find_spec("deepspeed") is None,
                     reason="deepspeed is not installed (pip install phantora[deepspeed])")
 def test_zeropp_quantized_weights_gradients_and_node_local_secondary_gathers(tmp_path, stub_cache):
-    base_path = run(tmp_path / "base", {}, stub_cache)
+    base_path = run(tmp_path / "base", (), stub_cache)
     zpp_path = run(tmp_path / "zeropp", ZEROPP, stub_cache)
     world = tuple(range(NODES * GPN))
     node = lambda r: r // GPN                                                   # noqa: E731

@@ -42,12 +42,21 @@ REPEATS = {
                                        f"{SAME_HOST}/run2/rows/g1-z3-llama3.2-1b-s2048-mb2-ac.json"),
     "dp2-z3-llama3.2-1b-s2048-mb2": ("h200x2-clocks/dp2-z3-llama3.2-1b-s2048-mb2.json",
                                      f"{SAME_HOST}/run1/rows/dp2-z3-llama3.2-1b-s2048-mb2.json",
-                                     f"{SAME_HOST}/run2/rows/dp2-z3-llama3.2-1b-s2048-mb2.json"),
+                                     f"{SAME_HOST}/run2/rows/dp2-z3-llama3.2-1b-s2048-mb2.json",
+                                     "h200x2-zeropp/run1/dp2-z3-llama3.2-1b-s2048-mb2-base.json",
+                                     "h200x2-zeropp/base/dp2-z3-llama3.2-1b-s2048-mb2-base.json"),
     "dp2-z3-llama3.2-3b-s2048-mb2-ac": (f"{SAME_HOST}/run1/rows/dp2-z3-llama3.2-3b-s2048-mb2-ac.json",
-                                        f"{SAME_HOST}/run2/rows/dp2-z3-llama3.2-3b-s2048-mb2-ac.json"),
+                                        f"{SAME_HOST}/run2/rows/dp2-z3-llama3.2-3b-s2048-mb2-ac.json",
+                                        "h200x2-zeropp/base/dp2-z3-llama3.2-3b-s2048-mb2-ac-base.json"),
     "pp2-z1-llama3.2-3b-s2048-mb1-ga8": ("h200x2-clocks/pp2-z1-llama3.2-3b-s2048-mb1-ga8.json",),
     "pp2-z1-llama3.2-1b-s2048-mb2-ga8-ac": ("h200x2-clocks/pp2-z1-llama3.2-1b-s2048-mb2-ga8-ac.json",),
     "dp2-z2-llama3.2-3b-s4096-mb1-ac": ("h200x2-clocks/dp2-z2-llama3.2-3b-s4096-mb1-ac.json",),
+    # ZeRO++ (PART 6): the first run on the same host (the files that came back from it); the plain ZeRO-3 rows of
+    # PART 1 run again beside them, twice
+    "dp2-z3-llama3-8b-l8-s4096-mb1-ac-qwz-qgz": ("h200x2-zeropp/run1/dp2-z3-llama3-8b-l8-s4096-mb1-ac-qwz-qgz.json",),
+    "dp2-z3-llama3.2-1b-s2048-mb2-qwz-qgz": ("h200x2-zeropp/run1/dp2-z3-llama3.2-1b-s2048-mb2-qwz-qgz.json",),
+    "dp2-z3-llama3-8b-l8-s4096-mb1-ac": ("h200x2-zeropp/run1/dp2-z3-llama3-8b-l8-s4096-mb1-ac-base.json",
+                                         "h200x2-zeropp/base/dp2-z3-llama3-8b-l8-s4096-mb1-ac-base.json"),
     # ZeRO-Infinity: a second host, its storage measured through DeepSpeed's handle beside the run
     "g1-z3-llama3.2-1b-l2-s2048-mb2-nvme": ("h200-nvme/run2/g1-z3-llama3.2-1b-l2-s2048-mb2-nvme-r2.json",),
 }
@@ -87,6 +96,11 @@ def record_of(path: Path, date: str) -> Record:
         options["offload_param"] = c["offload_param"]
     if c["torch_adam"]:
         options["torch_adam"] = True
+    for key in ("quantized_weights", "quantized_gradients"):     # ZeRO++
+        if c.get(key):
+            options[key] = True
+    if c.get("hpz", 1) != 1:
+        options["hpz"] = c["hpz"]
     if d["shapes"]["n_layers"] != _preset_layers(d["model"]):
         options["layers"] = d["shapes"]["n_layers"]
     folder = path.parent.relative_to(Path(__file__).resolve().parent.parent.parent)
@@ -98,6 +112,13 @@ def record_of(path: Path, date: str) -> Record:
     if "nvme" in (c["offload_optimizer"], c.get("offload_param")):
         offload += (" ZeRO-Infinity: swap files in a folder of the host's storage (groundtruth/deepspeed/README.md, "
                     "\"ZeRO-Infinity on one H200\").")
+    zeropp = [words for key, words in (("quantized_weights", "int8 weight all-gathers (qwZ)"),
+                                       ("quantized_gradients", "4-bit gradient all-to-alls (qgZ)")) if c.get(key)]
+    if c.get("hpz", 1) != 1:
+        zeropp.append(f"a secondary weight partition over {c['hpz']} GPUs (hpZ)")
+    if zeropp:
+        offload += (f" ZeRO++: {' and '.join(zeropp)}, DeepSpeed's quantizer extension JIT-compiled on the host "
+                    f"(groundtruth/deepspeed/README.md, \"ZeRO++ on two H200\").")
     memory, allocated, assumed = allocated_memory(d["peak_mem_gib"], pp)
     again, repeats = _repeats(name)
     return Record(

@@ -35,6 +35,13 @@ def add_deepspeed_options(p: argparse.ArgumentParser, default_zero: int = 2) -> 
     p.add_argument("--bucket-mb", type=float, default=500.0,
                    help="ZeRO reduce / all-gather bucket size in millions of elements, as DeepSpeed's default 5e8")
     p.add_argument("--no-overlap-comm", action="store_true", help="ZeRO overlap_comm off")
+    p.add_argument("--quantized-weights", action="store_true",
+                   help="ZeRO++ qwZ: ZeRO-3's weight all-gathers in int8 (zero_quantized_weights)")
+    p.add_argument("--quantized-gradients", action="store_true",
+                   help="ZeRO++ qgZ: ZeRO-3's gradient reduction as 4-bit all-to-alls (zero_quantized_gradients)")
+    p.add_argument("--hpz", type=int, default=1, metavar="N",
+                   help="ZeRO++ hpZ: a secondary copy of the weights partitioned over N GPUs (zero_hpz_partition_size; "
+                        "1: off)")
     p.add_argument("--ds-config", default=None, metavar="FILE.json",
                    help="a DeepSpeed config merged over the one the options build (its keys win)")
     p.add_argument("--wall-clock-breakdown", action="store_true", help="DeepSpeed's own timers, printed each step")
@@ -59,6 +66,10 @@ def check_deepspeed_options(args: argparse.Namespace) -> None:
         raise UsageError("--offload-optimizer needs --zero 1, 2 or 3")
     if (args.offload_optimizer == "nvme" or args.offload_param != "none") and args.zero != 3:
         raise UsageError("--offload-optimizer nvme and --offload-param need --zero 3")
+    if (args.quantized_weights or args.quantized_gradients or args.hpz != 1) and args.zero != 3:
+        raise UsageError("--quantized-weights, --quantized-gradients and --hpz (ZeRO++) need --zero 3")
+    if args.hpz < 1:
+        raise UsageError("--hpz must be 1 or more")
     if getattr(args, "kernel_profile", None) and args.steps < KERNEL_PROFILE_STEPS[-1]:
         raise UsageError("--kernel-profile records steps 3-4: it needs --steps 4 or more")
 
@@ -71,6 +82,12 @@ def ds_config(args, dp: int) -> dict:
             "reduce_bucket_size": bucket, "allgather_bucket_size": bucket}
     if args.zero == 3:
         zero.update(stage3_prefetch_bucket_size=bucket, stage3_param_persistence_threshold=int(1e5))
+        if args.quantized_weights:
+            zero["zero_quantized_weights"] = True
+        if args.quantized_gradients:
+            zero["zero_quantized_gradients"] = True
+        if args.hpz != 1:
+            zero["zero_hpz_partition_size"] = args.hpz
     nvme = args.nvme_path
     if "nvme" in (args.offload_optimizer, args.offload_param) and not nvme:
         import atexit

@@ -597,7 +597,8 @@ def train(args, a: ModelArgs, rank: int, local_rank: int, world: int) -> None:
                               "precision": args.precision, "micro_batch": args.micro_batch,
                               "grad_accum": args.grad_accum, "seq": args.seq, "ac": args.ac,
                               "offload_optimizer": args.offload_optimizer, "offload_param": args.offload_param,
-                              "torch_adam": args.torch_adam,
+                              "torch_adam": args.torch_adam, "quantized_weights": args.quantized_weights,
+                              "quantized_gradients": args.quantized_gradients, "hpz": args.hpz,
                               "clip_grad": args.clip_grad, "bucket_mb": args.bucket_mb,
                               "overlap_comm": not args.no_overlap_comm, "steps": args.steps, "optimizer": optimizer,
                               "moe": dataclasses.asdict(moe) if moe else None})

@@ -21,6 +21,9 @@ OPTIONS = {
     "torch_adam": ("--torch-adam", "bool"),
     "bucket_mb": ("--bucket-mb", "str"),
     "no_overlap_comm": ("--no-overlap-comm", "bool"),
+    "quantized_weights": ("--quantized-weights", "bool"),      # ZeRO++ qwZ
+    "quantized_gradients": ("--quantized-gradients", "bool"),  # ZeRO++ qgZ
+    "hpz": ("--hpz", "int"),                                   # ZeRO++ hpZ partition size
 }
 
 
@@ -96,7 +99,8 @@ def _other_argv(model: str, *, gpus: int, pp: int, micro_batch: int, accum: int,
     if batched:
         argv += ["--batch", str(micro_batch)]
     argv += ["--grad-accum", str(accum), "--precision", precision, "--steps", str(steps)]
-    common = {"zero", "offload_optimizer", "offload_param", "torch_adam", "bucket_mb", "no_overlap_comm"}
+    common = {"zero", "offload_optimizer", "offload_param", "torch_adam", "bucket_mb", "no_overlap_comm",
+              "quantized_weights", "quantized_gradients", "hpz"}
     unsupported = sorted(set(options or ()) - common - set(shapes))
     if unsupported:
         raise PresetError(f"the DeepSpeed {model} workload takes no {', '.join(unsupported)}",
