@@ -142,9 +142,23 @@ def test_calibration_only_for_the_measured_shape():
     planner = Network(h200).planner
     assert nccl.calibration(planner.comm_shape((0, 1))) is nccl.H200_NVLINK_2_RANKS
     for ranks in ((0, 1, 2, 3), tuple(range(8))):
-        assert nccl.calibration(planner.comm_shape(ranks)) is None
+        # larger communicators take the measured per-call latency as a floor, and NCCL's bandwidth factors
+        floor = nccl.calibration(planner.comm_shape(ranks))
+        assert floor.latency_us == nccl.H200_NVLINK_2_RANKS.latency_us and not floor.bw_fraction
     a100 = load_cluster("a100-hgx")
     assert nccl.calibration(Network(a100).planner.comm_shape((0, 1))) is None
+    assert nccl.calibration(Network(a100).planner.comm_shape(tuple(range(8)))) is None
+
+
+@pytest.mark.parametrize("op", ["all_reduce", "all_gather", "reduce_scatter", "all_to_all"])
+def test_more_ranks_never_make_a_small_collective_cheaper(op):
+    # a call over 4 or 8 GPUs of a node, or over 2 nodes, crosses at least the hops of a call over 2 of them: at
+    # sizes where latency dominates it cannot take less time than the measured pair
+    net = Network(load_cluster("h200-hgx", nodes=2))
+    for size in (4096, 64 * 1024, 1 * MiB):
+        pair = net.time_alone(op, (0, 1), size)[0]
+        for ranks in ((0, 1, 2, 3), tuple(range(8)), (0, 8), tuple(range(16))):
+            assert net.time_alone(op, ranks, size)[0] >= pair * (1 - 1e-9), (op, size, ranks)
 
 
 def test_two_ranks_of_an_hgx_node_time_as_the_measured_pair(spec):

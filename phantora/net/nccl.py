@@ -182,6 +182,21 @@ CALIBRATIONS: dict[tuple[str, str, int, int], Calibration] = {
 }
 
 
+# (arch, intra-node hardware) -> the per-call latencies measured on 2 ranks of such a node, a floor for every larger
+# communicator on such nodes (more ranks, or more nodes, add hops and never make a call cheaper than 2 ranks of one
+# node); their bandwidth keeps NCCL's factors, as no larger communicator was measured
+LATENCY_FLOORS: dict[tuple[str, str], Calibration] = {
+    ("hopper", "nvlink"): Calibration(
+        source="groundtruth/nccl/h200x2 (the 2-rank per-call latency, a floor for larger communicators)",
+        latency_us=dict(H200_NVLINK_2_RANKS.latency_us)),
+}
+
+
 def calibration(comm: CommShape) -> Calibration | None:
-    """The measured calibration for a communicator of this shape, or None (NCCL's model alone)."""
-    return CALIBRATIONS.get((comm.arch, comm.intra_hw, comm.n_nodes, comm.n_ranks))
+    """The measured calibration for a communicator of this shape; for a larger communicator of a kind of node
+    measured on 2 ranks, the measured per-call latency as a floor (LATENCY_FLOORS); None otherwise (NCCL's model
+    alone)."""
+    exact = CALIBRATIONS.get((comm.arch, comm.intra_hw, comm.n_nodes, comm.n_ranks))
+    if exact is not None or comm.n_ranks <= 2 and comm.n_nodes == 1:
+        return exact
+    return LATENCY_FLOORS.get((comm.arch, comm.intra_hw))
