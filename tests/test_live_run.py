@@ -77,6 +77,22 @@ def test_torchrun_environment_and_values_across_ranks(tmp_path):
                              [f"cuda:{r['rank']}", [], "torch.float32"], [5.0, 5.0]]
 
 
+def test_point_to_point_values_arrive_also_inside_nccl_groups():
+    # each rank sends its numbers to the next around a ring; plain ops and NCCL groups alike deliver them (a real GPU
+    # would), a group's receives when the group ends: Megatron's pipeline schedules send tensor shapes in a group
+    world = 4
+    proc = phantora_run("--gpus-per-node", str(world), "--no-trace", "--", "python", str(SCRIPTS / "p2p_values.py"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = sorted(results(proc.stdout), key=lambda r: r["rank"])
+    assert [r["rank"] for r in res] == list(range(world))
+    for r in res:
+        prv = (r["rank"] - 1) % world
+        assert r["batch"] == [prv, 10 + prv, 20 + prv]
+        assert r["two"] == [100 + prv, 200 + prv]              # two messages to one peer keep their order
+        assert r["coalesced"] == [300 + prv, 400 + prv]
+        assert r["plain"] == [500 + prv]
+
+
 def test_ops_on_large_host_tensors_cost_their_bytes_at_the_host_rates():
     """An op on fake host tensors charges the rank's CPU its bytes over the host preset's measured rate for the op's
     kind at the rank's threads (OMP_NUM_THREADS=4: a measured point of every table but the reduction's): a copy to

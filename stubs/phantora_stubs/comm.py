@@ -113,7 +113,8 @@ def join(ctx, event_id: int) -> None:
     ctx.runtime.submit(Op(OpKind.STREAM_WAIT, stream=ctx.dev.stream(), arg=event_id, cpu_delta=METER.claim()))
 
 
-_GROUP = threading.local()      # depth: open ncclGroupStart calls; pending: completion events of the batch
+_GROUP = threading.local()      # depth: open ncclGroupStart calls; pending: completion events of the batch;
+                                # deferred: what runs once the batch has ended (its receives' values)
 
 
 def in_group() -> bool:
@@ -130,7 +131,7 @@ def group_marker(ctx, kind: OpKind) -> None:
     if kind == OpKind.GROUP_START:
         _GROUP.depth = depth + 1
         if depth == 0:
-            _GROUP.pending = []
+            _GROUP.pending, _GROUP.deferred = [], []
             ctx.runtime.submit(Op(kind, stream=ctx.dev.stream(), cpu_delta=METER.claim()))
         return
     if depth <= 0:
@@ -142,3 +143,12 @@ def group_marker(ctx, kind: OpKind) -> None:
     ctx.runtime.submit(Op(kind, stream=ctx.dev.stream(), cpu_delta=METER.claim()))
     for stream, e2 in pending:
         ctx.runtime.submit(Op(OpKind.EVENT_RECORD, stream=stream, arg=e2))
+    deferred, _GROUP.deferred = _GROUP.deferred, []
+    for run in deferred:
+        run()
+
+
+def at_group_end(run) -> None:
+    """Call `run()` when the outermost NCCL group ends, after its completion events are recorded: a receive of the
+    group completes only then (exchange.p2p_recv takes its values there)."""
+    _GROUP.deferred.append(run)

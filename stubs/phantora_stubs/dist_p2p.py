@@ -1,7 +1,8 @@
 """Point-to-point on a simulated process group: send/recv become `OpKind.SEND` / `OpKind.RECV` (peer = group
-rank); a plain send of small tensors with known values carries them to the receiver (exchange.p2p_send), and NCCL
-groups (`batch_isend_irecv`, the coalescing manager) are bracketed by GROUP_START / GROUP_END (an NCCL
-group: its transfers run when it ends, and its one work completes after them; comm.py).
+rank); a send of small tensors with known values carries them to the receiver (exchange.p2p_send; inside an NCCL
+group the receiver takes them when the group ends), and NCCL groups (`batch_isend_irecv`, the coalescing manager)
+are bracketed by GROUP_START / GROUP_END (an NCCL group: its transfers run when it ends, and its one work completes
+after them; comm.py).
 """
 
 from __future__ import annotations

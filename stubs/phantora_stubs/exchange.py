@@ -361,10 +361,9 @@ def _p2p_key(gid: int, src: int, dst: int, tag: str = "tensor") -> tuple:
 
 
 def p2p_send(gid: int, src: int, dst: int, tensors: list[torch.Tensor]) -> None:
-    """A plain send of small tensors posts their values (None when unknown) for the receiver (global ranks). Inside
-    an NCCL group (batched p2p) nothing is exchanged: the receive completes only when the group ends."""
-    from .comm import in_group
-    if not _small(tensors) or in_group():
+    """A send of small tensors posts their values (None when unknown) for the receiver (global ranks), also inside
+    an NCCL group (batch_isend_irecv, a coalescing manager), whose receives take them when the group ends."""
+    if not _small(tensors):
         return
     ctx = context.get()
     METER.enter()
@@ -377,16 +376,26 @@ def p2p_send(gid: int, src: int, dst: int, tensors: list[torch.Tensor]) -> None:
 def p2p_recv(gid: int, src: int, dst: int, tensors: list[torch.Tensor], event: int | None) -> None:
     """The matching receive: the host waits for the receive's completion (as reading the values would make it) and
     takes the sender's values. Pipeline engines send tensor shapes this way before the activations (DeepSpeed's
-    PipelineEngine)."""
-    from .comm import in_group
-    if not _small(tensors) or in_group():
+    PipelineEngine) and, inside an NCCL group, when the group ends: the group's receives complete only then, and
+    every peer has posted its sends by then (Megatron's batched p2p sends the shapes of variable-length sequences so).
+    """
+    from .comm import at_group_end, in_group
+    if not _small(tensors):
         return
+    key = _p2p_key(gid, src, dst)              # in program order, as the sender's
+    if in_group():
+        at_group_end(lambda: _take(key, tensors, event))
+    else:
+        _take(key, tensors, event)
+
+
+def _take(key: tuple, tensors: list[torch.Tensor], event: int | None) -> None:
     ctx = context.get()
     METER.enter()
     try:
         sync = Op(OpKind.SYNC_EVENT, stream=ctx.dev.stream(), arg=-1 if event is None else int(event),
                   cpu_delta=METER.claim())
-        found, payload = ctx.runtime.take_object(_p2p_key(gid, src, dst), sync)
+        found, payload = ctx.runtime.take_object(key, sync)
     finally:
         METER.exit()
     _store(tensors, payload if found else None)
