@@ -122,15 +122,20 @@ def test_summary_against_brute_force_on_random_timelines(tmp_path):
         assert totals["compute"] == len(compute)
         assert totals["communication"] == len(comm)
         assert totals["exposed_communication"] == len(comm - compute)
-        # the headline figures: per iteration, over the cells between the first and last iteration mark
+        # the headline figures: those of the median iteration, the cells between the two consecutive marks that
+        # are as many as the median length (the shorter middle one with an even count, the first of equal ones)
         ends = [int(row["end"]) for row in rows if row["kind"] == int(OpKind.ITER_MARK)]
-        if len(ends) >= 2 and ends[-1] > ends[0]:
-            window, n = set(range(ends[0], ends[-1])), len(ends) - 1
+        its = [(b - a, i, a, b) for i, (a, b) in enumerate(zip(ends, ends[1:])) if b > a]
+        if its:
+            _, _, a, b = sorted(its)[(len(its) - 1) // 2]
+            window = set(range(a, b))
             assert entry["time_basis"] == "per iteration"
-            assert entry["compute"] == pytest.approx(len(compute & window) / n)
-            assert entry["communication"] == pytest.approx(len(comm & window) / n)
-            assert entry["exposed_communication"] == pytest.approx(len((comm - compute) & window) / n)
-            assert entry["gpu_idle"] == pytest.approx(len(window - gpu) / n)
+            assert entry["compute"] == pytest.approx(len(compute & window))
+            assert entry["communication"] == pytest.approx(len(comm & window))
+            assert entry["exposed_communication"] == pytest.approx(len((comm - compute) & window))
+            assert entry["gpu_idle"] == pytest.approx(len(window - gpu))
+            steps = [b2 - a2 for a2, b2 in zip(ends, ends[1:])]
+            assert entry["median_iteration"] == pytest.approx(float(np.median(steps)))
             shares = [len(set(range(a, b)) - gpu) / (b - a) for a, b in zip(ends, ends[1:]) if b > a]
             assert entry["idle_share"] == pytest.approx(float(np.median(shares)))
         else:

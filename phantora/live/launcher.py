@@ -394,8 +394,9 @@ def _run_ranks(opts: RunOptions, argv: list[str], sig: _Signals, progress: Calla
                 break
             if progress and time.monotonic() - last_note > 30:
                 last_note = time.monotonic()
-                marks = sum(len(rs.iterations) for rs in server.engine.ranks.values())
-                progress(f"{time.monotonic() - t0:.0f} s: {marks} iteration marks, "
+                marks = [len(rs.iterations) for rs in server.engine.ranks.values()]
+                progress(f"{time.monotonic() - t0:.0f} s: {min(marks, default=0)} iteration mark(s) reached by "
+                         f"every simulated rank, "
                          f"{sum(lr.fed for lr in server.ranks.values()):,} ops simulated")
     except LiveRunError as exc:
         error = str(exc)

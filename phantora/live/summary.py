@@ -8,8 +8,8 @@ between consecutive ends, so the first (set-up) span never counts. Figures:
 - `tokens_per_s_per_gpu` and `mfu` when the tokens per iteration are known (`--tokens-per-iteration`) and, for MFU,
   the model (`--model`: TorchTitan's FLOPs per token);
 - `peak_memory_bytes`: per simulated rank, the caching allocator's peak reserved and allocated bytes;
-- compute / communication / exposed communication seconds per iteration (each rank's time between its first and
-  last iteration mark over its number of iterations), averaged over simulated ranks: the figures `phantora
+- compute / communication / exposed communication seconds per iteration (those of each rank's median iteration,
+  trace/summary.py `median_iteration`), averaged over simulated ranks: the figures `phantora
   inspect` and `phantora replay` print (phantora/trace/summary.py, `per_iteration`); and the time the GPU runs
   nothing, waiting for the host: at HOST_BOUND_SHARE of the iteration or more the report says the step is
   host-bound, whose real time varies between hosts of one type (docs/host-cpu.md, "Host-bound steps");

@@ -7,10 +7,10 @@ is the time a rank communicates (collectives, sends, receives) while none of its
 collective, send or receive): the GPU waits for the host, a host-bound stretch of the step.
 
 Compute, copy, communication, exposed and overlapped communication are given per iteration wherever a rank has two
-or more iteration marks: the time between its first and last mark (intervals clipped to that window, so set-up
-before the first mark never counts) divided by the number of iterations. A rank with fewer marks gets them over its
-whole trace. `time_basis` says which ("per iteration" or "whole trace"); `totals` always holds the whole-trace
-figures. Live-run summaries and replay report the same per-iteration figures (`per_iteration`).
+or more iteration marks: those of its median iteration (`median_iteration`: the span between consecutive marks of
+median length; intervals clipped to it, so set-up, a slow first step or a recompilation never count), so that they
+add up with the median iteration time. A rank with fewer marks gets them over its whole trace. `time_basis` says
+which ("per iteration" or "whole trace"); `totals` always holds the whole-trace figures. Live-run summaries and replay report the same per-iteration figures (`per_iteration`).
 """
 
 from __future__ import annotations
@@ -128,14 +128,28 @@ def idle_shares(ops: np.ndarray, iterations) -> list[float]:
     return [float(1.0 - b / n) for b, n in zip(busy, length) if n > 0]
 
 
-def per_iteration(ops: np.ndarray, iterations) -> dict[str, float] | None:
-    """`busy_times` per iteration between the first and last of the rank's iteration marks (None with fewer
-    than two marks)."""
+def median_iteration(iterations) -> tuple[float, float] | None:
+    """The window of the rank's median iteration: of the spans between consecutive marks of positive length, the
+    one of median length (with an even count, the shorter of the two middle ones; among equal lengths, the first).
+    None with fewer than two marks that advance."""
     marks = np.asarray(iterations, np.float64)
-    if len(marks) < 2 or not marks[-1] > marks[0]:
+    if len(marks) < 2:
         return None
-    n = len(marks) - 1
-    return {k: v / n for k, v in busy_times(ops, (float(marks[0]), float(marks[-1]))).items()}
+    lengths = np.diff(marks)
+    spans = np.flatnonzero(lengths > 0)
+    if not len(spans):
+        return None
+    order = spans[np.argsort(lengths[spans], kind="stable")]
+    k = int(order[(len(order) - 1) // 2])
+    return float(marks[k]), float(marks[k + 1])
+
+
+def per_iteration(ops: np.ndarray, iterations) -> dict[str, float] | None:
+    """`busy_times` of the rank's median iteration (`median_iteration`), so that they add up with the median
+    iteration time the reports give: a slow first step, a recompilation or a checkpoint save does not leak into them
+    (None with fewer than two marks that advance)."""
+    window = median_iteration(iterations)
+    return None if window is None else busy_times(ops, window)
 
 
 def summarize_ops(ops: np.ndarray, names: list[str], iterations: np.ndarray | None = None,
@@ -178,6 +192,7 @@ def summarize_ops(ops: np.ndarray, names: list[str], iterations: np.ndarray | No
         "iterations": iterations.tolist(),
         "iteration_times": steps.tolist(),
         "mean_iteration": float(steps.mean()) if len(steps) else None,
+        "median_iteration": float(np.median(steps)) if len(steps) else None,
         "peak_memory": int(max(0, int(mem.max()))) if len(mem) else 0,
         "final_memory": int(mem[-1]) if len(mem) else 0,
         "top_kernels": top_kernels(ops[comp], names, top),
@@ -271,14 +286,14 @@ def format_summary(summary: dict[str, Any]) -> str:
 
     bases = {r.get("time_basis", WHOLE_TRACE) for r in summary["ranks"]}
     if bases == {PER_ITERATION}:
-        lines.append("compute, comm, exposed comm, GPU idle: per iteration (between each rank's first and last "
-                     "iteration mark); streams busy: whole trace")
+        lines.append("iter time: each rank's median iteration; compute, comm, exposed comm, GPU idle: in that "
+                     "iteration; streams busy: whole trace")
     elif bases == {WHOLE_TRACE}:
         lines.append("compute, comm, exposed comm, GPU idle, streams busy: over the whole trace (fewer than two "
                      "iteration marks)")
     elif bases:
-        lines.append("compute, comm, exposed comm, GPU idle: per iteration; ranks marked * over their whole trace "
-                     "(fewer than two iteration marks); streams busy: whole trace")
+        lines.append("compute, comm, exposed comm, GPU idle: in each rank's median iteration; ranks marked * over "
+                     "their whole trace (fewer than two iteration marks); streams busy: whole trace")
     header = ["rank", "ops", "iters", "iter time", "compute", "comm", "exposed comm", "GPU idle", "peak mem",
               "streams busy"]
     rows = []
@@ -286,7 +301,7 @@ def format_summary(summary: dict[str, Any]) -> str:
         busy = ", ".join(f"{s}:{_time(t)}" for s, t in sorted(r["stream_busy"].items()))
         star = "*" if len(bases) > 1 and r.get("time_basis") == WHOLE_TRACE else ""
         rows.append([f"{r['rank']}{star}", str(r["n_ops"]), str(len(r["iteration_times"])),
-                     _time(r["mean_iteration"]) if r["mean_iteration"] is not None else "-",
+                     _time(r["median_iteration"]) if r["median_iteration"] is not None else "-",
                      _time(r["compute"]), _time(r["communication"]), _time(r["exposed_communication"]),
                      _time(r.get("gpu_idle", 0.0)), _bytes(r["peak_memory"]), busy or "-"])
     lines.extend(_table(header, rows))
