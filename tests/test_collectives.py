@@ -67,10 +67,15 @@ def test_fewer_nics_lower_multi_node_bandwidth():
 
 
 def test_tiny_all_reduce_costs_nccl_latency():
-    # 8 B on one H100 node: NCCL picks Ring/LL; latency = 6.6 + 2(n-1) * 0.6 us = 15.0 us, bandwidth negligible
-    _, t, plan = busbw(load_cluster("h100-hgx"), "all_reduce", 8)
+    # 8 B on one A100 node: NCCL picks Ring/LL; latency = 6.6 + 2(n-1) * 0.6 us = 15.0 us, bandwidth negligible
+    _, t, plan = busbw(load_cluster("a100-hgx"), "all_reduce", 8)
     assert (plan.algo, plan.proto) == ("ring", "LL")
     assert t * 1e6 == pytest.approx(6.6 + 2 * 7 * 0.6, rel=0.01)
+    # on an H100 node NCCL picks the same, and the call costs at least the per-call latency measured on 2 Hopper
+    # GPUs (nccl.LATENCY_FLOORS)
+    _, t, plan = busbw(load_cluster("h100-hgx"), "all_reduce", 8)
+    assert (plan.algo, plan.proto) == ("ring", "LL")
+    assert t * 1e6 == pytest.approx(max(6.6 + 2 * 7 * 0.6, 22.5), rel=0.01)
 
 
 def test_multi_node_latency_uses_network_steps():

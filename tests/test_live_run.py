@@ -93,6 +93,18 @@ def test_point_to_point_values_arrive_also_inside_nccl_groups():
         assert r["plain"] == [500 + prv]
 
 
+def test_point_to_point_from_mirrored_ranks_never_waits_for_values_nobody_posts():
+    # ranks 0 and 2 of 4 simulated: around the ring each receives from a mirrored rank, whose representative sent to
+    # a rank that is mirrored too; the documented rule makes those values unknown (placeholders), and the run ends
+    proc = phantora_run("--gpus-per-node", "4", "--ranks", "0,2", "--no-trace", "--", "python",
+                        str(SCRIPTS / "p2p_values.py"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = sorted(results(proc.stdout), key=lambda r: r["rank"])
+    assert [r["rank"] for r in res] == [0, 2]
+    for r in res:
+        assert r["batch"] == [0, 0, 0] and r["two"] == [0, 0] and r["coalesced"] == [0, 0] and r["plain"] == [0]
+
+
 def test_ops_on_large_host_tensors_cost_their_bytes_at_the_host_rates():
     """An op on fake host tensors charges the rank's CPU its bytes over the host preset's measured rate for the op's
     kind at the rank's threads (OMP_NUM_THREADS=4: a measured point of every table but the reduction's): a copy to

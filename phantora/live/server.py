@@ -428,9 +428,13 @@ class EngineServer:
                 lr.take, lr.value, lr.has_value = None, None, True
                 continue
             if src not in self.ranks:
-                # the sender is mirrored: take what its representative sent to the rank at the same offset
+                # the sender is mirrored: take what its representative sent to the rank at the same offset; where
+                # that rank is not simulated either, its representative's put was never kept: unknown
                 rep = self.rank_map[src]
                 key = (gid, rep, dst - (src - rep), n)
+                if key[2] not in self.ranks:
+                    lr.take, lr.value, lr.has_value = None, None, True
+                    continue
             if key in self._puts:
                 lr.take, lr.value, lr.has_value = None, self._puts.pop(key), True
 

@@ -8,9 +8,11 @@ collective, send or receive): the GPU waits for the host, a host-bound stretch o
 
 Compute, copy, communication, exposed and overlapped communication are given per iteration wherever a rank has two
 or more iteration marks: those of its median iteration (`median_iteration`: the span between consecutive marks of
-median length; intervals clipped to it, so set-up, a slow first step or a recompilation never count), so that they
-add up with the median iteration time. A rank with fewer marks gets them over its whole trace. `time_basis` says
-which ("per iteration" or "whole trace"); `totals` always holds the whole-trace figures. Live-run summaries and replay report the same per-iteration figures (`per_iteration`).
+median length; intervals clipped to it, so set-up, a slow first step or a recompilation never count): one typical
+iteration, whose figures add up with the median iteration time where the count of iterations is odd. A rank with
+fewer marks gets them over its whole trace. `time_basis` says which ("per iteration" or "whole trace"); `totals`
+always holds the whole-trace figures. Live-run summaries and replay report the same per-iteration figures
+(`per_iteration`).
 """
 
 from __future__ import annotations
@@ -145,7 +147,7 @@ def median_iteration(iterations) -> tuple[float, float] | None:
 
 
 def per_iteration(ops: np.ndarray, iterations) -> dict[str, float] | None:
-    """`busy_times` of the rank's median iteration (`median_iteration`), so that they add up with the median
+    """`busy_times` of the rank's median iteration (`median_iteration`), one typical iteration beside the median
     iteration time the reports give: a slow first step, a recompilation or a checkpoint save does not leak into them
     (None with fewer than two marks that advance)."""
     window = median_iteration(iterations)

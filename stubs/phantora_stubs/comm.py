@@ -148,6 +148,12 @@ def group_marker(ctx, kind: OpKind) -> None:
         run()
 
 
+def drop_group_end_work() -> None:
+    """Forget what the open group's end would run: the batch raised, and its peers may never post their sends."""
+    if getattr(_GROUP, "deferred", None):
+        _GROUP.deferred = []
+
+
 def at_group_end(run) -> None:
     """Call `run()` when the outermost NCCL group ends, after its completion events are recorded: a receive of the
     group completes only then (exchange.p2p_recv takes its values there)."""

@@ -66,6 +66,9 @@ def _wrap_batch_isend_irecv(c10d) -> None:
             METER.exit()
         try:
             works = original(p2p_op_list)
+        except BaseException:
+            comm.drop_group_end_work()      # the batch failed: its receives take nothing, the error goes up
+            raise
         finally:
             METER.enter()
             try:
