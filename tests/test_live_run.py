@@ -91,6 +91,24 @@ def test_point_to_point_values_arrive_also_inside_nccl_groups():
         assert r["two"] == [100 + prv, 200 + prv]              # two messages to one peer keep their order
         assert r["coalesced"] == [300 + prv, 400 + prv]
         assert r["plain"] == [500 + prv]
+    # sender and receiver count the messages that carry values alike, whatever dtype each gives the bytes
+    assert res[1]["after_other_dtype"] == [7, 8, 9]
+    assert res[1]["into_int32"] == [0, 0]          # unknown, not [1, 2] converted
+
+
+@pytest.mark.parametrize("call, expect", [
+    ("dist.recv(t)", "ProcessGroupNCCL does not support recvAnysource"),     # NCCL's own refusal
+    ("dist.send(t, dst=5)", "invalid peer rank 5 for a send in a process group of 2 rank(s)"),
+])
+def test_point_to_point_misuse_raises_in_the_program(tmp_path, call, expect):
+    script = tmp_path / "p2p_misuse.py"
+    script.write_text("import os, torch, torch.distributed as dist\n"
+                      "dist.init_process_group('nccl'); torch.cuda.set_device(int(os.environ['LOCAL_RANK']))\n"
+                      "t = torch.zeros(4, device='cuda')\n"
+                      f"{call}\n")
+    proc = phantora_run("--gpus-per-node", "2", "--no-trace", "--", "python", str(script))
+    assert proc.returncode == 1
+    assert expect in proc.stdout + proc.stderr
 
 
 def test_point_to_point_from_mirrored_ranks_never_waits_for_values_nobody_posts():

@@ -233,6 +233,9 @@ class EmissionMixin:
 
     def _p2p(self, kind: OpKind, tensors: Any, peer: int) -> PhantoraWork:
         self._check_backend_device(tensors)
+        if not 0 <= int(peer) < self.size():
+            raise ValueError(f"invalid peer rank {peer} for a {'send' if kind == OpKind.SEND else 'receive'} in a "
+                             f"process group of {self.size()} rank(s)")
         ctx = context.get()
         METER.enter()
         try:

@@ -34,8 +34,12 @@ class PointToPointMixin(EmissionMixin):
         return work
 
     def recv_anysource(self, tensors, tag=0):
-        _forget(tensors)
-        return self._p2p(OpKind.RECV, tensors, -1)
+        # dist.recv / irecv without src: ProcessGroupNCCL refuses it with this message; a gloo group's answer
+        # (whichever peer's message comes first) has no simulated meaning here
+        if self.backend_label == "gloo":
+            raise RuntimeError("phantora: a receive from any source (dist.recv without src) is not simulated; "
+                               "pass src")
+        raise RuntimeError("ProcessGroupNCCL does not support recvAnysource")
 
     # -- coalescing (ncclGroupStart / ncclGroupEnd) ------------------------------------------------------------------
     def _start_coalescing(self, device=None):

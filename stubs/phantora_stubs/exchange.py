@@ -360,15 +360,32 @@ def _p2p_key(gid: int, src: int, dst: int, tag: str = "tensor") -> tuple:
     return (gid, src, dst, (tag, n))          # apart from the object messages' counters
 
 
+# a point-to-point message of at most this many bytes carries its values (64 int64): sender and receiver judge it
+# by its bytes, which NCCL requires equal on both sides, so that their counts of such messages stay in step whatever
+# dtypes and shapes each side gives them
+P2P_VALUE_BYTES = SMALL_NUMEL * 8
+
+
+def _p2p_carries(tensors: list[torch.Tensor]) -> bool:
+    return bool(tensors) and all(isinstance(t, torch.Tensor) for t in tensors) and \
+        sum(t.numel() * t.element_size() for t in tensors) <= P2P_VALUE_BYTES
+
+
+def _layout(tensors: list[torch.Tensor]) -> list[tuple[str, tuple[int, ...]]]:
+    return [(str(t.dtype), tuple(t.shape)) for t in tensors]
+
+
 def p2p_send(gid: int, src: int, dst: int, tensors: list[torch.Tensor]) -> None:
-    """A send of small tensors posts their values (None when unknown) for the receiver (global ranks), also inside
-    an NCCL group (batch_isend_irecv, a coalescing manager), whose receives take them when the group ends."""
-    if not _small(tensors):
+    """A send of at most P2P_VALUE_BYTES posts its tensors' values (None when unknown, or not small by the values'
+    rule) with their dtypes and shapes for the receiver (global ranks), also inside an NCCL group
+    (batch_isend_irecv, a coalescing manager), whose receives take them when the group ends."""
+    if not _p2p_carries(tensors):
         return
     ctx = context.get()
     METER.enter()
     try:
-        ctx.runtime.put_object(_p2p_key(gid, src, dst), _payload(tensors))
+        values = _payload(tensors) if _small(tensors) else None
+        ctx.runtime.put_object(_p2p_key(gid, src, dst), (_layout(tensors), values))
     finally:
         METER.exit()
 
@@ -380,7 +397,7 @@ def p2p_recv(gid: int, src: int, dst: int, tensors: list[torch.Tensor], event: i
     every peer has posted its sends by then (Megatron's batched p2p sends the shapes of variable-length sequences so).
     """
     from .comm import at_group_end, in_group
-    if not _small(tensors):
+    if not _p2p_carries(tensors):
         return
     key = _p2p_key(gid, src, dst)              # in program order, as the sender's
     if in_group():
@@ -398,7 +415,10 @@ def _take(key: tuple, tensors: list[torch.Tensor], event: int | None) -> None:
         found, payload = ctx.runtime.take_object(key, sync)
     finally:
         METER.exit()
-    _store(tensors, payload if found else None)
+    layout, values = payload if found and payload is not None else (None, None)
+    # values arrive where the receiver takes them as the sender gave them: into other dtypes or shapes the bytes
+    # would be reinterpreted, which the carried values do not say: unknown
+    _store(tensors, values if layout == _layout(tensors) and _small(tensors) else None)
 
 
 def objects_gather(gid: int, obj: Any, event: int | None) -> list:

@@ -51,5 +51,18 @@ else:
     dist.send(ints(500 + rank), nxt)
     dist.recv(plain, prv)
 got["plain"] = plain.tolist()
+# rank 0 to rank 1: 64 float32 received as 128 bfloat16 (the same bytes), then three integers; and two float32
+# received into int32 (a real GPU reinterprets the bytes, which the carried values do not say: unknown)
+if rank == 0:
+    dist.send(torch.ones(64, device="cuda"), 1)
+    dist.send(ints(7, 8, 9), 1)
+    dist.send(torch.tensor([1.0, 2.0], device="cuda"), 1)
+elif rank == 1:
+    dist.recv(torch.empty(128, dtype=torch.bfloat16, device="cuda"), 0)
+    after = empty(3)
+    dist.recv(after, 0)
+    into = torch.empty(2, dtype=torch.int32, device="cuda")
+    dist.recv(into, 0)
+    got["after_other_dtype"], got["into_int32"] = after.tolist(), into.tolist()
 print("RESULT " + json.dumps({"rank": rank, **got}), flush=True)
 dist.destroy_process_group()
