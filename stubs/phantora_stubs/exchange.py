@@ -360,10 +360,10 @@ def _p2p_key(gid: int, src: int, dst: int, tag: str = "tensor") -> tuple:
     return (gid, src, dst, (tag, n))          # apart from the object messages' counters
 
 
-# a point-to-point message of at most this many bytes carries its values (64 int64): sender and receiver judge it
-# by its bytes, which NCCL requires equal on both sides, so that their counts of such messages stay in step whatever
-# dtypes and shapes each side gives them
-P2P_VALUE_BYTES = SMALL_NUMEL * 8
+# a point-to-point message of at most this many bytes carries its values (4,096 int64: DeepSpeed's pipeline sends its
+# metadata as 256 int32): sender and receiver judge it by its bytes, which NCCL requires equal on both sides, so that
+# their counts of such messages stay in step whatever dtypes and shapes each side gives them
+P2P_VALUE_BYTES = SMALL_INT_NUMEL * 8
 
 
 def _p2p_carries(tensors: list[torch.Tensor]) -> bool:
