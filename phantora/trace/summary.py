@@ -288,14 +288,14 @@ def format_summary(summary: dict[str, Any]) -> str:
 
     bases = {r.get("time_basis", WHOLE_TRACE) for r in summary["ranks"]}
     if bases == {PER_ITERATION}:
-        lines.append("iter time: each rank's median iteration; compute, comm, exposed comm, GPU idle: in that "
-                     "iteration; streams busy: whole trace")
+        lines.append("compute, comm, exposed comm, GPU idle: per iteration, in each rank's median iteration (iter "
+                     "time); streams busy: whole trace")
     elif bases == {WHOLE_TRACE}:
         lines.append("compute, comm, exposed comm, GPU idle, streams busy: over the whole trace (fewer than two "
                      "iteration marks)")
     elif bases:
-        lines.append("compute, comm, exposed comm, GPU idle: in each rank's median iteration; ranks marked * over "
-                     "their whole trace (fewer than two iteration marks); streams busy: whole trace")
+        lines.append("compute, comm, exposed comm, GPU idle: per iteration, in each rank's median iteration; ranks "
+                     "marked * over their whole trace (fewer than two iteration marks); streams busy: whole trace")
     header = ["rank", "ops", "iters", "iter time", "compute", "comm", "exposed comm", "GPU idle", "peak mem",
               "streams busy"]
     rows = []
