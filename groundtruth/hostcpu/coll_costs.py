@@ -11,6 +11,10 @@ GPU's); rank 0 writes the result. Under `phantora run` the clock is the rank's s
     torchrun --standalone --nproc-per-node 2 groundtruth/hostcpu/coll_costs.py OUT.json       # on a GPU host
     phantora run --gpus-per-node 2 --quiet --no-trace -- python groundtruth/hostcpu/coll_costs.py SIM.json
     python groundtruth/hostcpu/op_costs.py --compare OUT.json SIM.json                         # side by side
+
+`coll_costs.py OUT.json NUMEL` issues the same ops on tensors of NUMEL elements (256 by default; the nine
+gradients and the split's nine outputs NUMEL / 9 elements each, rounded): whether an op's host time grows with its
+size.
 """
 
 from __future__ import annotations
@@ -27,20 +31,21 @@ from op_costs import REPEATS      # this folder's (the script's own folder is on
 N = 200              # ops per timed loop
 
 
-def _cases() -> dict:
+def _cases(numel: int = 256) -> dict:
     import torch
     import torch.distributed as dist
     import torch.distributed._functional_collectives as funcol
 
     dev = "cuda"
     world = dist.get_world_size()
-    x = torch.ones(256, device=dev)
-    y = torch.ones(256, device=dev)
-    gathered = torch.empty(256 * world, device=dev)
-    scattered = torch.empty(256 // world, device=dev)
-    grads = [torch.ones(64, 32, device=dev) for _ in range(9)]           # nine gradients, as a block's
-    rs_input = torch.empty(world, 9 * 64 * 32 // world, device=dev)
-    sizes = [512] * 9
+    x = torch.ones(numel, device=dev)
+    y = torch.ones(numel, device=dev)
+    gathered = torch.empty(numel * world, device=dev)
+    scattered = torch.empty(numel // world, device=dev)
+    rows = max(1, numel // (9 * 32 * world)) * world if numel > 256 else 64
+    grads = [torch.ones(rows, 32, device=dev) for _ in range(9)]         # nine gradients, as a block's
+    rs_input = torch.empty(world, 9 * rows * 32 // world, device=dev)
+    sizes = [max(1, numel // 9) if numel > 256 else 512] * 9
     flat = torch.ones(sum(sizes), device=dev)
     outs = [torch.empty(512, device=dev) for _ in sizes]
     group = dist.group.WORLD
@@ -87,13 +92,13 @@ def _time(fn, n: int) -> float:
     return (t1 - t0) / n
 
 
-def measure() -> dict:
+def measure(numel: int = 256) -> dict:
     import torch
     import torch.distributed as dist
     from conversions_bench import cpu_model
 
     out = {}
-    for name, fn in _cases().items():
+    for name, fn in _cases(numel).items():
         _time(fn, N)
         dist.barrier()
         times = [_time(fn, N) for _ in range(REPEATS)]
@@ -102,17 +107,18 @@ def measure() -> dict:
         if dist.get_rank() == 0:
             print(f"{name:24s} {out[name]['us_per_op']:8.2f} us per op", flush=True)
     return {"cases": out, "torch": torch.__version__, "python": sys.version.split()[0],
-            "gpu": torch.cuda.get_device_name(0), "cpu": cpu_model(), "world_size": dist.get_world_size()}
+            "gpu": torch.cuda.get_device_name(0), "cpu": cpu_model(), "world_size": dist.get_world_size(),
+            "numel": numel}
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
+    if len(sys.argv) not in (2, 3):
         sys.exit(__doc__)
     import torch
     import torch.distributed as dist
     torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     dist.init_process_group("nccl")
-    result = measure()
+    result = measure(int(sys.argv[2]) if len(sys.argv) == 3 else 256)
     if dist.get_rank() == 0:
         with open(sys.argv[1], "w") as f:
             json.dump(result, f, indent=1)

@@ -5,7 +5,9 @@ collectives' copy-in, all-gather, copy-out and reduce, the state's root pre-forw
 optimizer's step and the process group's collectives in a timer (`time.perf_counter`, which Phantora makes the
 rank's virtual clock), runs the reference workload as its `__main__`, and at exit prints, for rank 0, each
 region's inclusive host time and calls per step (medians over the steps after the second). Regions nest: a
-collective's time is also in the FSDP method that called it.
+collective's time is also in the FSDP method that called it. `module.forward` is a module's own forward between
+FSDP's hooks (for a compiled block, the call of its compiled region); `module.forward.root` the root's, which holds
+the blocks' forwards and their hooks.
 
     torchrun --standalone --nproc-per-node 2 groundtruth/hostcpu/fsdp_regions.py --out R.json -- \\
         presets/workloads/llama.py --model llama-tiny --dp-mode fsdp --seq 256 --batch 1 --ac none --steps 12
@@ -58,7 +60,9 @@ def _patch():
         if hasattr(pg, name):
             setattr(pg, name, timed)
     for name in ("_root_pre_forward", "_pre_forward", "_post_forward", "_root_post_backward_final_callback"):
-        setattr(st.FSDPState, name, _timed(f"state.{name}", getattr(st.FSDPState, name)))
+        # FSDP keeps its hooks out of compiled regions (`_dynamo_disable`); the timers around them too
+        setattr(st.FSDPState, name, torch._dynamo.disable(_timed(f"state.{name}", getattr(st.FSDPState, name))))
+    _patch_module_forward()
     for name in ("all_gather_into_tensor", "reduce_scatter_tensor", "all_reduce",   # FSDP2 of torch 2.11
                  "all_gather_single", "reduce_scatter_single"):                     # of torch 2.13
         if hasattr(dist, name):
@@ -79,6 +83,30 @@ def _patch():
                 STEPS.append({})
         self.step = marked
     torch.optim.Optimizer.__init__ = init
+
+
+def _patch_module_forward():
+    """The module's own forward between FSDP's pre- and post-forward hooks (for a compiled block: the call of its
+    compiled region), as `module.forward` (the blocks) and `module.forward.root` (the root, which holds them)."""
+    pre, post = st.FSDPState._pre_forward, st.FSDPState._post_forward
+
+    @functools.wraps(pre)
+    def pre_forward(self, *args, **kwargs):
+        try:
+            return pre(self, *args, **kwargs)
+        finally:
+            self._region_forward_t0 = time.perf_counter()
+
+    @functools.wraps(post)
+    def post_forward(self, *args, **kwargs):
+        t0 = getattr(self, "_region_forward_t0", None)
+        if t0 is not None:
+            _add("module.forward.root" if getattr(self, "_is_root", False) else "module.forward", t0)
+            self._region_forward_t0 = None
+        return post(self, *args, **kwargs)
+
+    st.FSDPState._pre_forward = torch._dynamo.disable(pre_forward)
+    st.FSDPState._post_forward = torch._dynamo.disable(post_forward)
 
 
 def _report(out):
