@@ -66,3 +66,13 @@ def test_prices_travel_to_the_ranks_and_are_checked():
             ConvertCosts.parse_env(bad)
     with pytest.raises(PresetError):
         HostSpec(to_list_ns=-1.0).validate()
+
+
+def test_torchscript_compiles_torch_tensor_as_its_builtin():
+    """With the conversions charged, `torch.tensor` is a Python wrapper; TorchScript must still see the builtin
+    (before, importing torch.distributed.optim failed in a rank: TorchScript tried to compile the wrapper)."""
+    proc = phantora_run("--no-trace", "--nodes", "1", "--gpus-per-node", "1", "--", "python",
+                        str(SCRIPTS / "torchscript_tensor.py"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (res,) = results(proc.stdout)
+    assert res == {"wrapped": True, "graph": True}

@@ -97,6 +97,17 @@ def _wrap(name: str):
     return original, convert
 
 
+def _script_as(convert, original) -> None:
+    """TorchScript compiles `torch.tensor(...)` as the builtin `aten::tensor`; found as this Python wrapper it
+    would try to compile the wrapper and fail (torch.distributed.optim's scripted functional optimizers fail so at
+    import). The wrapper is registered as the builtin the original is."""
+    from torch.jit import _builtins
+
+    op = _builtins._find_builtin(original)
+    if op is not None:
+        _builtins._register_builtin(convert, op)
+
+
 def install(ctx) -> None:
     """Charge the framework's conversions in `model` mode (idempotent; nothing in `measured` mode)."""
     if ctx.config.host_cpu != "model":
@@ -108,4 +119,5 @@ def install(ctx) -> None:
     for name in ("tensor", "as_tensor", "asarray"):
         original, convert = _wrap(name)
         _PATCHED[name] = original
+        _script_as(convert, original)
         setattr(torch, name, convert)
