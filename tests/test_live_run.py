@@ -196,6 +196,11 @@ def test_event_query_is_answered_in_virtual_time():
         assert r["kernel_s"] >= 2 * 8192 ** 3 / 989e12, r
         assert r["kernel_s"] <= r["spin_s"] <= r["kernel_s"] + 50e-6, r
         assert "device not ready" in r["early"], r          # elapsed_time before the end event completed
+    # polling the work of an asynchronous all_reduce: not complete at once, complete when the network model says
+    (expected,) = bench(load_cluster("h100-hgx", gpus_per_node=2), "all_reduce", [64 * 1024 * 1024 * 4])
+    for r in res.values():
+        assert r["work_first"] is False and 0 < r["work_polls"] < 1_000_000, r
+        assert expected.time_us * 1e-6 <= r["work_s"] <= expected.time_us * 1e-6 + 100e-6, (r, expected.time_us)
 
 
 def test_batch_norm_dtype_mixes_fail_where_a_gpu_fails():

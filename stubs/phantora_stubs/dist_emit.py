@@ -170,7 +170,13 @@ class PhantoraWork(dist._Work):
         self.wait()
 
     def is_completed(self) -> bool:
-        return True
+        """Whether the collective has completed by the rank's virtual time now (a polling loop's own host time
+        moves the clock, as with `Event.query()`); a work with no completion event (values exchanged, an object
+        collective) is complete."""
+        if self._event is None:
+            return True
+        from .cuda_ops import _event_done
+        return _event_done(self._event)
 
     def is_success(self) -> bool:
         return True

@@ -2,7 +2,8 @@
 and late in wall time too (a real spin that costs no virtual time); rank 0 queries an event recorded after the
 all_reduce right away (not complete: its peer joins at 1 s), then after sleeping 2 s (complete). Then each rank
 polls an event recorded after a GEMM (`while not e.query()`, as a benchmark waits without synchronising): the loop
-must end, when the GPU has finished the GEMM."""
+must end, when the GPU has finished the GEMM. Then each rank polls the work of an asynchronous 256 MiB all_reduce
+(`while not work.is_completed()`)."""
 import json
 import os
 
@@ -42,6 +43,17 @@ while not end.query() and polls < 1_000_000:
     polls += 1
 spin_s = time.perf_counter() - t0
 kernel_s = start.elapsed_time(end) / 1e3
+big = torch.empty(64 * 1024 * 1024, device="cuda")
+dist.barrier()
+torch.cuda.synchronize()
+t0 = time.perf_counter()
+work = dist.all_reduce(big, async_op=True)
+work_first = work.is_completed()
+work_polls = 0
+while not work.is_completed() and work_polls < 1_000_000:
+    work_polls += 1
+work_s = time.perf_counter() - t0
 print("RESULT " + json.dumps({"rank": rank, "first": first, "second": second, "polls": polls, "spin_s": spin_s,
-                              "kernel_s": kernel_s, "early": early}), flush=True)
+                              "kernel_s": kernel_s, "early": early, "work_first": work_first,
+                              "work_polls": work_polls, "work_s": work_s}), flush=True)
 dist.destroy_process_group()
