@@ -608,19 +608,32 @@ def test_copies_between_host_and_gpu_hold_the_thread_as_on_a_gpu_host():
 
 def test_ddp_with_a_parameter_that_gets_no_gradient_behaves_as_on_a_gpu(tmp_path):
     """DDP over a model with an unused layer: with find_unused_parameters=True every step all-reduces the whole
-    gradient (the unused layer's bucket too, as the Reducer marks its parameters ready); without it the second step
-    raises the Reducer's "Expected to have finished reduction in the prior iteration" error."""
+    gradient (the unused layer's bucket too, as the Reducer marks its parameters ready) and the map of used
+    parameters (int32, one per parameter), and leaves the unused layer's gradient None, as measured on two H200
+    (a layer only rank 0 uses gets its gradient on both ranks); without it the second step raises the Reducer's
+    "Expected to have finished reduction in the prior iteration" error."""
     trace = tmp_path / "t.h5"
     proc = phantora_run("--nodes", "1", "--gpus-per-node", "2", "--trace", str(trace), "--", "python",
                         str(SCRIPTS / "ddp_unused.py"), "1")
     assert proc.returncode == 0 and "TRAINED" in proc.stdout, proc.stderr[-3000:]
     grad_bytes = int(proc.stdout.split("GRAD_BYTES ", 1)[1].split()[0])
+    res = results(proc.stdout)
+    assert len(res) == 2
+    for r in res:
+        assert r["grad"] == {"a": True, "b": True, "unused": False, "part": False}, r
     from phantora.engine.ops import OpKind
     with TraceReader(str(trace)) as r:
         ops, names = r.ops(0), r.names
     coll = ops[ops["kind"] == int(OpKind.COLLECTIVE)]
-    reduced = sum(int(b) for n, b in zip(coll["name"], coll["nbytes"]) if names[int(n)] == "all_reduce")
-    assert reduced == 3 * grad_bytes, (reduced, grad_bytes)
+    sizes = [int(b) for n, b in zip(coll["name"], coll["nbytes"]) if names[int(n)] == "all_reduce"]
+    map_bytes = 4 * res[0]["params"]
+    assert sizes.count(map_bytes) == 3, sizes
+    assert sum(b for b in sizes if b != map_bytes) == 3 * grad_bytes, (sizes, grad_bytes)
+    proc = phantora_run("--nodes", "1", "--gpus-per-node", "2", "--no-trace", "--", "python",
+                        str(SCRIPTS / "ddp_unused.py"), "1", "half")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for r in results(proc.stdout):
+        assert r["grad"] == {"a": True, "b": True, "unused": False, "part": True}, r
     proc = phantora_run("--nodes", "1", "--gpus-per-node", "2", "--no-trace", "--", "python",
                         str(SCRIPTS / "ddp_unused.py"), "0")
     assert proc.returncode != 0 and "Expected to have finished reduction" in proc.stdout + proc.stderr

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import sys
 import weakref
 from typing import Any
@@ -10,8 +11,11 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from .clock import unmetered
+from .dist_emit import BACKWARD
 from .dist_groups import PhantoraProcessGroup
 from .errors import note_once
+from .values import VALUES
 
 
 # ---- DistributedDataParallel's start-up helpers (C++ that reads tensor data) ------------------------------------
@@ -97,13 +101,41 @@ def _prepare_for_backward(self, outputs) -> None:
         if var is not None:
             reached.add(id(var))
         stack.extend(nxt for nxt, _ in fn.next_functions)
-    for index, p in enumerate(params):
-        if id(p) not in reached:
-            self._autograd_hook(index)
+    unused = [index for index, p in enumerate(params) if id(p) not in reached]
+    for index in unused:
+        self._autograd_hook(index)
+    if unused:
+        before = {index: params[index].grad for index in unused}
+        BACKWARD.after[("ddp-unused", id(self))] = functools.partial(
+            _keep_globally_unused, _FIND_UNUSED_GROUP.get(id(self)), params, unused, before)
+
+
+@unmetered
+def _keep_globally_unused(group, params: list, unused: list[int], before: dict) -> None:
+    """After the backward pass: the Reducer with `find_unused_parameters=True` all-reduces its map of used
+    parameters and leaves the gradient of a parameter no rank used as it was (None stays None), where the Reducer
+    simulated without the search wrote its bucket's zeros into it. The map is all-reduced here as the Reducer does
+    (int32, one element per parameter) and read on the host; where its values are not known (more parameters than
+    a small integer tensor carries), the parameters this rank did not use are taken as unused by every rank."""
+    unused_here = set(unused)
+    flags = [0 if index in unused_here else 1 for index in range(len(params))]
+    used = torch.tensor(flags, dtype=torch.int32, device=params[0].device)
+    dist.all_reduce(used, group=group)
+    known = VALUES.get(used) is not None
+    counts = used.tolist() if known else flags
+    for index in unused:
+        if counts[index] == 0:
+            params[index].grad = before[index]
 
 
 _FIND_UNUSED: dict[int, list] = {}
 """Reducers made with `find_unused_parameters=True` (by id) -> their parameters, in the Reducer's order."""
+
+_FIND_UNUSED_GROUP: dict[int, Any] = {}
+"""The same Reducers (by id) -> their process group."""
+
+GROUP_ARG = 3
+"""Position of the process group among dist.Reducer's arguments."""
 
 
 FIND_UNUSED_ARG = 6
@@ -114,8 +146,8 @@ class _DistProxy:
     """`torch.distributed` as DDP's module sees it, with `Logger` replaced and the Reducer made without the search
     for unused parameters: after each backward pass it copies its map of used parameters through pinned host
     memory and reads it in C++ (tensors that hold no data here). `find_unused_parameters=True` is simulated as
-    False: every parameter must then get a gradient each step, or the Reducer stops, as it would on a GPU with the
-    setting off; the search's small all-reduce per step is not simulated (docs/stubs.md)."""
+    False, with the search made in Python (`_prepare_for_backward`) and the map's all-reduce after the backward pass
+    (`_keep_globally_unused`; docs/stubs.md)."""
 
     def __init__(self, real: Any):
         self._real = real
@@ -135,7 +167,9 @@ class _DistProxy:
             _note_find_unused()
             params = args[0] if args else kwargs.get("params")
             _FIND_UNUSED[id(reducer)] = list(params)
+            _FIND_UNUSED_GROUP[id(reducer)] = args[GROUP_ARG] if len(args) > GROUP_ARG else kwargs.get("process_group")
             weakref.finalize(reducer, _FIND_UNUSED.pop, id(reducer), None)
+            weakref.finalize(reducer, _FIND_UNUSED_GROUP.pop, id(reducer), None)
         return reducer
 
     def __getattr__(self, name: str) -> Any:
@@ -149,8 +183,7 @@ def _note_static_graph() -> None:
 
 def _note_find_unused() -> None:
     note_once("find_unused", "DistributedDataParallel(find_unused_parameters=True): the parameters the forward pass "
-              "did not use are found in Python and their buckets reduced; the small all-reduce of the map of used "
-              "parameters is not simulated (docs/stubs.md)")
+              "did not use are found in Python and their buckets reduced (docs/stubs.md)")
 
 
 def verify_param_shapes(process_group, tensors, logger=None):

@@ -90,6 +90,7 @@ class _Backward:
     def __init__(self) -> None:
         self.depth = 0
         self.pending: list = []
+        self.after: dict = {}            # key -> what runs once the outermost backward pass has returned
         self.lock = threading.Lock()
 
 
@@ -115,7 +116,7 @@ class _WorkFuture(torch.futures.Future):
 
 def install_backward_join() -> None:
     """torch.autograd.backward (Tensor.backward calls it) waits, when it returns, for the collectives whose futures
-    were asked for during it."""
+    were asked for during it, then runs what was registered in `BACKWARD.after` for it."""
     original = torch.autograd.backward
     if getattr(original, "_phantora_join", False):
         return
@@ -129,10 +130,13 @@ def install_backward_join() -> None:
             with BACKWARD.lock:
                 BACKWARD.depth -= 1
                 works = BACKWARD.pending if not BACKWARD.depth else []
+                after = list(BACKWARD.after.values()) if not BACKWARD.depth else []
                 if not BACKWARD.depth:
-                    BACKWARD.pending = []
+                    BACKWARD.pending, BACKWARD.after = [], {}
             for work in works:
                 work.wait()
+            for fn in after:
+                fn()
 
     backward._phantora_join = True                     # type: ignore[attr-defined]
     backward.__wrapped__ = original                    # type: ignore[attr-defined]
