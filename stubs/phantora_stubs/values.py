@@ -289,6 +289,8 @@ class ValueTable:
                 return
             if packet == "copy_" and self._overwritten(args):
                 return
+            if packet in ("fill_", "zero_") and self._filled(packet, args):
+                return
             self.forget_mutated(func, args, kwargs)
             return
         try:
@@ -391,6 +393,33 @@ class ValueTable:
                 real.copy_(src)
                 self.write(dst, real)
         except Exception:  # noqa: BLE001 - a copy the CPU cannot make: value unknown
+            return False
+        return True
+
+    def _filled(self, packet: str, args: tuple) -> bool:
+        """`t.fill_(v)` or `t.zero_()` with `t`'s value unknown: every element is overwritten with a known value
+        (a Python number, or a known one-element tensor), so `t` is known (`nn.init.constant_`, `zeros_`)."""
+        if not args or not isinstance(args[0], FakeTensor):
+            return False
+        if packet == "zero_":
+            value: Any = 0
+        elif len(args) < 2:
+            return False
+        elif isinstance(args[1], torch.Tensor):
+            known = self.get(args[1])
+            if known is None or known.numel() != 1:
+                return False
+            with unset_fake_temporarily():
+                value = known.reshape(()).item()
+        elif isinstance(args[1], (bool, int, float)):
+            value = args[1]
+        else:
+            return False
+        dst = args[0]
+        try:
+            with unset_fake_temporarily():
+                self.write(dst, torch.full(tuple(dst.shape), value, dtype=dst.dtype))
+        except Exception:  # noqa: BLE001 - a fill the CPU cannot make: value unknown
             return False
         return True
 
