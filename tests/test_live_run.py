@@ -346,6 +346,7 @@ def test_mirrored_ranks_contribute_their_representatives_values():
 
 @pytest.mark.parametrize("mode,expect", [
     ("raise", "rank 1 exited with code 1"),
+    ("raise-slow", "rank 1 exited with code 1"),
     ("mismatch", "mismatched collectives"),
     ("exit", "rank 1 exited (code 0) before its program finished"),
     ("hang", "rank 1 made no progress"),
@@ -359,7 +360,7 @@ def test_failures_stop_the_run_and_name_the_rank(tmp_path, mode, expect):
                         "python", str(SCRIPTS / "live_fail.py"), "--mode", mode)
     assert proc.returncode == 1
     assert expect in proc.stderr, proc.stderr[-3000:]
-    if mode == "raise":
+    if mode.startswith("raise"):
         assert "deliberate failure on rank 1" in proc.stderr
         # the summary's missing iteration time is the failure's, not advice to run more steps
         assert "the run stopped before its second iteration mark" in proc.stdout + proc.stderr
@@ -848,3 +849,13 @@ def test_replay_forces_the_collective_choice_the_live_run_forced(tmp_path):
     np.testing.assert_allclose(again.iterations_s, live, rtol=1e-12)
     auto = replay(trace, proto="auto")
     assert auto.recorded_choice == "" and auto.iteration_s != pytest.approx(again.iteration_s, rel=1e-3)
+
+
+def test_a_fill_makes_an_unknown_small_tensor_known():
+    """Writing a known number into every element of a small tensor whose value is unknown (`fill_`, `zero_`,
+    `nn.init.constant_`, `t[:] = 2`) makes it read that number, as on a GPU (it read zeros: the placeholder)."""
+    proc = phantora_run("--gpus-per-node", "1", "--no-trace", "--", "python", str(SCRIPTS / "fill_values.py"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (r,) = results(proc.stdout)
+    assert r == {"fill": [3.0] * 4, "zero": [0.0] * 4, "bias": [0.5] * 4, "slice": [2.0] * 4,
+                 "fill_tensor": [1.5] * 4, "sum": 20.0}

@@ -400,7 +400,13 @@ def _run_ranks(opts: RunOptions, argv: list[str], sig: _Signals, progress: Calla
                          f"{sum(lr.fed for lr in server.ranks.values()):,} ops simulated")
     except LiveRunError as exc:
         error = str(exc)
-        # a rank that died makes the others stuck: name the dead rank first
+        # a rank that died makes the others stuck: name the dead rank first. One that has left its program (its
+        # connection closed) is exiting: its exit code is waited for longer, as a loaded machine may take seconds to
+        # end a process that prints a traceback
+        leaving = [p for r, p in procs.items() if server.ranks[r].disconnected and p.popen.poll() is None]
+        deadline = time.monotonic() + LEAVING_WAIT_S
+        while any(p.popen.poll() is None for p in leaving) and time.monotonic() < deadline:
+            time.sleep(0.05)
         dead = _wait_for_failure(server, procs, 3.0)
         if sig.signum is not None:
             error, interrupted = f"stopped by {signal_text(sig.signum)}", True
@@ -497,6 +503,10 @@ def _early_exit(lr) -> str:
                 "load the stubs from PYTHONPATH as they start; the command is not Python, or runs Python with -I, "
                 "-E or -S, or replaces PYTHONPATH")
     return "exited (code 0) before its program finished"
+
+
+LEAVING_WAIT_S = 30.0
+"""How long a failed run waits for the exit code of a rank that has left its program before it reports."""
 
 
 def _wait_for_failure(server: EngineServer, procs: dict[int, _Proc], seconds: float) -> int | None:
