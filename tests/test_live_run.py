@@ -630,6 +630,15 @@ def test_ddp_with_a_parameter_that_gets_no_gradient_behaves_as_on_a_gpu(tmp_path
     map_bytes = 4 * res[0]["params"]
     assert sizes.count(map_bytes) == 3, sizes
     assert sum(b for b in sizes if b != map_bytes) == 3 * grad_bytes, (sizes, grad_bytes)
+    # a backward pass that raises (caught by the script) all-reduces no map
+    proc = phantora_run("--nodes", "1", "--gpus-per-node", "2", "--trace", str(trace), "--overwrite", "--", "python",
+                        str(SCRIPTS / "ddp_unused.py"), "1", "raise")
+    assert proc.returncode == 0 and "TRAINED" in proc.stdout, proc.stderr[-3000:]
+    with TraceReader(str(trace)) as r:
+        ops, names = r.ops(0), r.names
+    coll = ops[ops["kind"] == int(OpKind.COLLECTIVE)]
+    sizes = [int(b) for n, b in zip(coll["name"], coll["nbytes"]) if names[int(n)] == "all_reduce"]
+    assert sizes.count(map_bytes) == 3, sizes
     proc = phantora_run("--nodes", "1", "--gpus-per-node", "2", "--no-trace", "--", "python",
                         str(SCRIPTS / "ddp_unused.py"), "1", "half")
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -116,7 +116,7 @@ class _WorkFuture(torch.futures.Future):
 
 def install_backward_join() -> None:
     """torch.autograd.backward (Tensor.backward calls it) waits, when it returns, for the collectives whose futures
-    were asked for during it, then runs what was registered in `BACKWARD.after` for it."""
+    were asked for during it, then, if it returned, runs what was registered in `BACKWARD.after` for it."""
     original = torch.autograd.backward
     if getattr(original, "_phantora_join", False):
         return
@@ -124,8 +124,11 @@ def install_backward_join() -> None:
     def backward(*args: Any, **kwargs: Any) -> Any:
         with BACKWARD.lock:
             BACKWARD.depth += 1
+        returned = False
         try:
-            return original(*args, **kwargs)
+            result = original(*args, **kwargs)
+            returned = True
+            return result
         finally:
             with BACKWARD.lock:
                 BACKWARD.depth -= 1
@@ -135,7 +138,7 @@ def install_backward_join() -> None:
                     BACKWARD.pending, BACKWARD.after = [], {}
             for work in works:
                 work.wait()
-            for fn in after:
+            for fn in after if returned else ():    # a backward pass that raised finalizes nothing
                 fn()
 
     backward._phantora_join = True                     # type: ignore[attr-defined]

@@ -13,6 +13,17 @@ import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 HALF = sys.argv[2:3] == ["half"]
+RAISE = sys.argv[2:3] == ["raise"]          # then a backward pass that raises, caught: it finalizes nothing
+
+
+class _Fails(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, g):
+        raise RuntimeError("deliberate failure in the backward pass")
 dist.init_process_group("nccl")
 torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
 
@@ -39,6 +50,11 @@ for step in range(3):
     if step < 2:
         opt.step()
         opt.zero_grad()
+if RAISE:
+    try:
+        _Fails.apply(ddp(torch.randn(8, 1024, device="cuda"))).sum().backward()
+    except RuntimeError:
+        pass
 print("TRAINED", flush=True)
 print("RESULT " + json.dumps({"rank": dist.get_rank(), "params": len(list(model.parameters())),
                               "grad": {n: m.weight.grad is not None for n, m in model.named_children()}}), flush=True)
