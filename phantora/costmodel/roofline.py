@@ -149,6 +149,24 @@ HOPPER_PROVENANCE = ("fitted by fit_efficiencies on one H100 SXM 80GB (driver 58
 _HOPPER: dict[str, tuple[float, float, float, float]] = {
     fam.MATMUL: (0.749, 0.775, 4.51e8, 5.72e6),
     fam.CONV: (0.333, 0.382, 9.05e9, 2.0e6),  # NCHW bf16 cuDNN convolutions: a rough fit (+-50%)
+    # Convolutions by direction, layout and channels per group (families/gemm.py `conv_variant`): the conv entry
+    # with both efficiencies divided by the median of measured over conv-entry time of each group's kernels in the
+    # H200 profile (groundtruth/insitu/h200-conv-grid/: ResNet-50, SD 1.5 UNet and depthwise layers, bf16 and
+    # fp32, NCHW and channels-last; `python groundtruth/insitu/h200-conv-grid/conv_variants.py
+    # presets/profiles/h200-sxm-141gb.h5`). The H100's five calibration convolutions agree (median 0.77 / 1.16 of
+    # the conv entry forward / backward, its RGB stem 6.2 / 11.1 times)
+    "op:convolution": (0.474, 0.544, 9.05e9, 2.0e6),                    # 79 kernels, 0.41-1.84 of the median
+    "op:convolution.channels_last": (0.819, 0.939, 9.05e9, 2.0e6),      # 24
+    "op:convolution.depthwise": (0.215, 0.247, 9.05e9, 2.0e6),          # 4
+    "op:convolution.depthwise.channels_last": (0.648, 0.743, 9.05e9, 2.0e6),  # 4
+    "op:convolution.narrow": (0.125, 0.143, 9.05e9, 2.0e6),             # 7 (RGB stems, 4-channel latents)
+    "op:convolution.narrow.channels_last": (0.2, 0.23, 9.05e9, 2.0e6),  # 4
+    "op:convolution_backward": (0.351, 0.403, 9.05e9, 2.0e6),           # 85
+    "op:convolution_backward.channels_last": (0.455, 0.522, 9.05e9, 2.0e6),     # 24
+    "op:convolution_backward.depthwise": (0.0804, 0.0923, 9.05e9, 2.0e6),       # 4
+    "op:convolution_backward.depthwise.channels_last": (0.179, 0.205, 9.05e9, 2.0e6),  # 4
+    "op:convolution_backward.narrow": (0.0802, 0.092, 9.05e9, 2.0e6),           # 7
+    "op:convolution_backward.narrow.channels_last": (0.0601, 0.0689, 9.05e9, 2.0e6),  # 4
     fam.ATTN_FWD: (0.367, 0.8, 4.81e9, 2.0e6),
     fam.ATTN_BWD: (0.309, 0.8, 1.51e10, 2.0e6),
     fam.ELEMENTWISE: (0.5, 0.903, 0.0, 1.69e6),

@@ -136,6 +136,30 @@ def _conv_flops(x_shape, w_shape, out_spatial, transposed, groups) -> float:
     return 2.0 * n * w_shape[0] * numel(tuple(out_spatial)) * w_shape[1] * ksize
 
 
+NARROW_CHANNELS = 8
+"""A convolution with fewer channels per group than this on either side (an RGB stem, a latent of 4 channels) cannot
+fill the tensor cores' tiles and has its own efficiencies (roofline.py)."""
+
+
+def conv_variant(x, w, groups: int, transposed: bool) -> str:
+    """'depthwise' (one input channel per group), 'narrow' (fewer than NARROW_CHANNELS channels per group on a
+    side) or '' (an ordinary convolution), each followed by '.channels_last' when the input is stored so."""
+    cin_g = (w[0][0] if transposed else w[0][1]) if len(w[0]) > 1 else 1
+    cout_g = (w[0][1] if transposed else w[0][0] // max(1, groups)) if len(w[0]) > 1 else 1
+    if groups > 1 and cin_g == 1:
+        kind = "depthwise"
+    elif min(cin_g, cout_g) < NARROW_CHANNELS:
+        kind = "narrow"
+    else:
+        kind = ""
+    shape, stride = x[0], x[2]
+    cl = (stride is not None and len(shape) >= 3 and len(stride) == len(shape) and shape[1] > 1
+          and stride[1] == 1 and stride[-1] == shape[1])
+    if not cl:
+        return kind
+    return f"{kind}.channels_last" if kind else "channels_last"
+
+
 def _conv(sig: Signature, family: str) -> Work:
     _, name, _ = _packet(sig.op)
     t = sig.tensor
@@ -150,7 +174,8 @@ def _conv(sig: Signature, family: str) -> Work:
         flops = f * (int(bool(mask[0])) + int(bool(mask[1]))) + (numel(dy[0]) if len(mask) > 2 and mask[2] else 0)
         nbytes = _bytes_in(sig) + (numel(x[0]) * itemsize(x[1]) if mask[0] else 0) + \
             (numel(w[0]) * itemsize(w[1]) if mask[1] else 0)
-        return Work(CONV, flops, nbytes, _tc_dtype(sig, x[1]), True)
+        return Work(CONV, flops, nbytes, _tc_dtype(sig, x[1]), True,
+                    variant=conv_variant(x, w, groups, transposed))
     x, w = t(0), t(1)
     if x is None or w is None:
         return _other(sig, OTHER)
@@ -160,7 +185,8 @@ def _conv(sig: Signature, family: str) -> Work:
     cout = w[0][1] * groups if transposed else w[0][0]
     out_numel = x[0][0] * cout * numel(tuple(out_spatial))
     flops = _conv_flops(x[0], w[0], out_spatial, transposed, groups)
-    return Work(CONV, flops, _bytes_in(sig) + out_numel * itemsize(x[1]), _tc_dtype(sig, x[1]), True)
+    return Work(CONV, flops, _bytes_in(sig) + out_numel * itemsize(x[1]), _tc_dtype(sig, x[1]), True,
+                variant=conv_variant(x, w, groups, transposed))
 
 
 def _reads_c(sig: Signature) -> int:
