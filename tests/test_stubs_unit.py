@@ -523,3 +523,31 @@ def test_pipeline_layout_check_against_the_auto_plan(monkeypatch):
     monkeypatch.setenv("PHANTORA_RANK", "0")
     with pytest.raises(UnsupportedOpError, match="pass --pp-degree 2"):
         pl.check(0, 2, "here")
+
+
+def test_the_clock_goes_on_in_real_time_once_the_engine_is_gone():
+    """An exit handler (multiprocessing's manager finalizer, atexit hooks) reads the clock after the engine has
+    closed the connection: it gets the virtual time reached, advancing at the real rate, not EngineGone."""
+    from phantora_stubs.clock import VirtualClock
+    from phantora_stubs.errors import EngineGone
+
+    class Runtime:
+        gone = False
+
+        def advance_cpu(self, seconds):
+            pass
+
+        def now(self):
+            if self.gone:
+                raise EngineGone("rank 0: the phantora engine is gone (handle is closed)")
+            return 12.5
+
+    rt = Runtime()
+    clock = VirtualClock(lambda: rt, epoch=1000.0)
+    assert clock.now() == 12.5
+    rt.gone = True
+    a = clock.now()
+    time.sleep(0.01)
+    b = clock.now()
+    assert 12.5 <= a < b and b - a >= 0.009
+    assert clock.time() >= 1012.5

@@ -31,6 +31,8 @@ import functools
 from functools import partial
 from typing import Callable
 
+from .errors import EngineGone
+
 _real_thread_time = _time.thread_time
 _real_sleep = _time.sleep
 REAL = {name: getattr(_time, name) for name in (
@@ -346,19 +348,32 @@ class VirtualClock:
     def __init__(self, runtime_getter: Callable[[], object], epoch: float):
         self._rt = runtime_getter
         self.epoch = epoch
+        self._last = 0.0
+        self._gone_at: float | None = None
 
     def now(self) -> float:
         """Virtual time. Reached from the framework through one of the `time` functions `install` puts in place
         (their frame, this one and the meter's: 3)."""
         METER.enter(3)
         try:
+            if self._gone_at is not None:
+                return self._after_engine()
             rt = self._rt()
             d = METER.claim()
             if d:
                 rt.advance_cpu(d)      # type: ignore[attr-defined]
-            return rt.now()            # type: ignore[attr-defined]
+            self._last = rt.now()      # type: ignore[attr-defined]
+            return self._last
+        except EngineGone:
+            # the run is over (an exit handler reads the clock: multiprocessing's managers, atexit hooks):
+            # virtual time goes on at the real rate from where it stood
+            self._gone_at = REAL["perf_counter"]()
+            return self._after_engine()
         finally:
             METER.exit()
+
+    def _after_engine(self) -> float:
+        return self._last + (REAL["perf_counter"]() - self._gone_at)
 
     def perf_counter(self) -> float:
         return self.now()

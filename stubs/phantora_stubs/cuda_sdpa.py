@@ -128,9 +128,29 @@ def plan_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
             lambda o: o[0])
 
 
+def validate(query, key, value, attn_mask=None) -> None:
+    """ATen's checks of SDPA's inputs (`validate_sdpa_input`, run on every device before a backend is chosen), with
+    its messages, and the mask's broadcast to (..., queries, keys), which every backend needs."""
+    if not (query.dtype == key.dtype == value.dtype):
+        raise RuntimeError(f"Expected query, key, and value to have the same dtype, but got query.dtype: "
+                           f"{query.dtype} key.dtype: {key.dtype} and value.dtype: {value.dtype} instead.")
+    if not (query.device == key.device == value.device):
+        raise RuntimeError(f"Expected query, key, and value to have the same device type, but got query.device: "
+                           f"{query.device} key.device: {key.device} and value.device: {value.device} instead.")
+    if query.dim() < 2 or key.dim() < 2 or value.dim() < 2:
+        raise RuntimeError(f"Expected query, key, and value to all be  at least 2 dimensional, but got query.dim: "
+                           f"{query.dim()} key.dim: {key.dim()} and value.dim: {value.dim()} instead.")
+    if attn_mask is not None:
+        if attn_mask.dtype not in (torch.bool, torch.float32, query.dtype):
+            raise RuntimeError(f"Expected attn_mask dtype to be bool or float or to match query dtype, but got "
+                               f"attn_mask.dtype: {attn_mask.dtype} and  query.dtype: {query.dtype} instead.")
+        torch.broadcast_shapes(tuple(attn_mask.shape), tuple(query.shape[:-1]) + (key.size(-2),))
+
+
 def sdpa_cuda_kernel(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
                      enable_gqa=False):
     """Kernel registered for aten::scaled_dot_product_attention on the CUDA (autograd) keys."""
+    validate(query, key, value, attn_mask)
     func, args, kwargs, pick = plan_sdpa(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
     return pick(func(*args, **kwargs))
 

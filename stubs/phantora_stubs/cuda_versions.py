@@ -1,5 +1,6 @@
 """The software versions a CUDA build of torch reports (CUDA, cuDNN, NCCL), installed on a CPU-only torch
-(`_install_versions`); torch.cuda.nccl's single-process multi-GPU calls are unsupported."""
+(`_install_versions`), and the convolution layout its cuDNN gives (`cudnn_conv_memory_format`); torch.cuda.nccl's
+single-process multi-GPU calls are unsupported."""
 
 from __future__ import annotations
 
@@ -88,4 +89,51 @@ def _install_versions(ctx) -> None:
     cudnn.version = version
     cudnn.is_available = is_available
     cudnn.is_acceptable = is_acceptable
+    _install_conv_layout()
     torch._C._show_config = show_config
+
+
+def cudnn_conv_memory_format(input, weight) -> Any:
+    """The layout cuDNN gives a convolution's output and gradients on a CUDA build (ATen's
+    `cudnn_conv_suggest_memory_format`): channels-last (3d for 5-d weights) when the input or the weight is stored
+    so, contiguous otherwise and for fp64."""
+    import torch
+
+    if input.dtype == torch.float64 or weight.dtype == torch.float64:
+        return torch.contiguous_format
+    if weight.dim() == 4 and (_channels_last(input, torch.channels_last)
+                              or _channels_last(weight, torch.channels_last)):
+        return torch.channels_last
+    if weight.dim() == 5 and (_channels_last(input, torch.channels_last_3d)
+                              or _channels_last(weight, torch.channels_last_3d)):
+        return torch.channels_last_3d
+    return torch.contiguous_format
+
+
+def _channels_last(t, fmt) -> bool:
+    """`t.suggest_memory_format() == fmt`: stored channels-last, and not also plainly contiguous (one channel)."""
+    import torch
+
+    dims = 4 if fmt == torch.channels_last else 5
+    return t.dim() == dims and t.is_contiguous(memory_format=fmt) and not t.is_contiguous()
+
+
+def _install_conv_layout() -> None:
+    """Fake tensors take a convolution's output layout from `torch._C._conv_determine_backend_memory_format` of the
+    backend ATen selects; a CPU build selects no cuDNN, so a channels-last convolution's output came back
+    contiguous and every later layer of a channels-last network ran (and was costed) as NCHW. For CUDA tensors
+    with cuDNN enabled the layout is cuDNN's."""
+    import torch
+
+    original = getattr(torch._C, "_conv_determine_backend_memory_format", None)
+    if original is None or getattr(original, "_phantora", False):
+        return
+
+    def determine(input, weight, backend):
+        if input.device.type == "cuda" and torch._C._get_cudnn_enabled():
+            return cudnn_conv_memory_format(input, weight)
+        return original(input, weight, backend)
+
+    determine._phantora = True
+    determine.__name__ = "_conv_determine_backend_memory_format"
+    torch._C._conv_determine_backend_memory_format = determine

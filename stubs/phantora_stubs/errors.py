@@ -13,6 +13,10 @@ import threading
 from phantora.errors import PhantoraError, SimulationError
 
 
+class EngineGone(RuntimeError):
+    """The engine server closed the connection (the run is being stopped)."""
+
+
 class StubBuildError(PhantoraError):
     """The fake CUDA library could not be built or loaded."""
 

@@ -354,9 +354,15 @@ class Interceptor(TorchDispatchMode):
             why = "it has no fake (meta) implementation, so its output shapes cannot be computed without data"
         else:
             why = f"the fake-tensor machinery cannot run it ({type(exc).__name__}: {exc})"
-        return UnsupportedOpError(f"phantora cannot simulate op {func} called at {user_location(2)}: {why}. "
-                                  "Register a fake implementation (torch.library.register_fake) for custom ops, "
-                                  "or avoid the op in the simulated code path.")
+            if len(why) > 400:                 # a dispatch-key dump: its first line says it
+                why = why[:400].rsplit(" ", 1)[0] + " ...)"
+        hint = ("Register a fake implementation (torch.library.register_fake) for custom ops, or avoid the op in "
+                "the simulated code path.")
+        if "nested" in str(func):
+            hint = ("Nested tensors are not simulated: nn.TransformerEncoder builds them in eval with a "
+                    "src_key_padding_mask; construct it with enable_nested_tensor=False (the padded path computes "
+                    "the same result), or avoid nested tensors in the simulated code path.")
+        return UnsupportedOpError(f"phantora cannot simulate op {func} called at {user_location(2)}: {why}. {hint}")
 
     # -- kernels --------------------------------------------------------------------------------------------------
     def _emit_kernel(self, func, args, kwargs, device: int, mem: int) -> None:

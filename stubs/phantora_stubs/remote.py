@@ -28,15 +28,11 @@ from phantora.engine.ops import Memcpy, Op, OpKind
 from phantora.live import wire
 
 from .clock import METER
-from .errors import StubConfigError
+from .errors import EngineGone, StubConfigError
 from .runtime import SYNC_KINDS, Runtime
 
 _LAUNCH = frozenset({OpKind.KERNEL, OpKind.MEMCPY, OpKind.COLLECTIVE})
 FLUSH_OPS = 2048
-
-
-class EngineGone(RuntimeError):
-    """The engine server closed the connection (the run is being stopped)."""
 
 
 class RemoteRuntime(Runtime):
