@@ -10,6 +10,9 @@ tensors (at most `SMALL_NUMEL` elements; integer and bool tensors up to `SMALL_I
   devices, views, in-place updates), computed on the CPU copies.
 An op that writes into a tensor with a known value from inputs without one forgets that value.
 
+Every real copy is made with `device="cpu"` named: a framework may route factories without a device to the GPU
+(DeepSpeed's `zero.Init` does).
+
 `.item()`, `.tolist()`, `.numpy()`, `bool(t)`, `torch.equal` answer from the table; without a known value they answer
 placeholders: 0 for integer dtypes, 0.0 for floating point, False for bool (True for `torch.isfinite`, fake.py), 0j for complex (so
 NaN/inf checks pass and GradScaler never skips a step); `torch.equal` answers True. docs/stubs.md lists the rules.
@@ -177,7 +180,7 @@ class ValueTable:
     def set_from_list(self, t: torch.Tensor, known: Any) -> None:
         """`t`'s value is `known` (what `as_list` gave, on another rank or in another run)."""
         with unset_fake_temporarily():
-            self.set(t, torch.tensor(known, dtype=t.dtype).reshape(tuple(t.shape)))
+            self.set(t, torch.tensor(known, dtype=t.dtype, device="cpu").reshape(tuple(t.shape)))
 
     def write(self, fake: torch.Tensor, real: torch.Tensor) -> None:
         """`fake` now holds `real` (a collective's result): written into its known value where it has one, so that
@@ -383,7 +386,7 @@ class ValueTable:
         for f in pytree.tree_leaves(out):
             if isinstance(f, FakeTensor):
                 with unset_fake_temporarily():
-                    found.append((f, torch.tensor(value).to(f.dtype).item()))
+                    found.append((f, torch.full((), value, dtype=f.dtype, device="cpu").item()))
         return found or None
 
     def _uniform_result(self, func: Any, packet: str, args: tuple, kwargs: dict, out: Any) -> list | None:
@@ -404,7 +407,7 @@ class ValueTable:
                 if v is not None:
                     uniform = True
                     with unset_fake_temporarily():
-                        x = torch.full([1] * x.dim(), v, dtype=x.dtype)
+                        x = torch.full([1] * x.dim(), v, dtype=x.dtype, device="cpu")
                 else:
                     known = self.table.get(x)
                     if known is None or known.dim() != 0:
@@ -444,7 +447,7 @@ class ValueTable:
         """`f` holds `value` in every element: in the table when small enough, else as a uniform value."""
         if small_enough(f):
             with unset_fake_temporarily():
-                self.set(f, torch.full(tuple(f.shape), value, dtype=f.dtype))
+                self.set(f, torch.full(tuple(f.shape), value, dtype=f.dtype, device="cpu"))
         else:
             self.set_uniform(f, value)
 
@@ -459,7 +462,7 @@ class ValueTable:
         dst = args[0]
         try:
             with unset_fake_temporarily():
-                real = torch.empty(tuple(dst.shape), dtype=dst.dtype)
+                real = torch.empty(tuple(dst.shape), dtype=dst.dtype, device="cpu")
                 real.copy_(src)
                 self.write(dst, real)
         except Exception:  # noqa: BLE001 - a copy the CPU cannot make: value unknown
@@ -488,7 +491,7 @@ class ValueTable:
         dst = args[0]
         try:
             with unset_fake_temporarily():
-                self.write(dst, torch.full(tuple(dst.shape), value, dtype=dst.dtype))
+                self.write(dst, torch.full(tuple(dst.shape), value, dtype=dst.dtype, device="cpu"))
         except Exception:  # noqa: BLE001 - a fill the CPU cannot make: value unknown
             return False
         return True
@@ -514,7 +517,7 @@ class ValueTable:
         if not found:
             return False
         with unset_fake_temporarily():
-            self.table[out] = torch.full(tuple(out.shape), element, dtype=out.dtype)
+            self.table[out] = torch.full(tuple(out.shape), element, dtype=out.dtype, device="cpu")
         return True
 
     # -- readers ------------------------------------------------------------------------------------------------------
