@@ -5,8 +5,6 @@ checks) and cuDNN's output layout: tests/scripts/user_values.py.
   build's backend choice had turned every output NCHW, so all but the first layer were costed as NCHW.
 - `F.scaled_dot_product_attention` raises where ATen's input validation raises (mask shape or dtype, unequal
   dtypes) instead of running.
-- Sums and means of tensors filled with one value (`torch.ones`, `full`, `fill_`, a copy of one) read their real
-  value at any size: a token count from an all-ones mask read 0 and a division by it raised in the rank.
 """
 
 from __future__ import annotations
