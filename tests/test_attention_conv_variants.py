@@ -100,3 +100,6 @@ def test_channels_last_convolutions_are_told_apart():
     assert conv_variant(x_cl, ((64, 1, 3, 3), "bfloat16", None), 64, False) == "depthwise.channels_last"
     assert conv_variant(((8, 3, 32, 32), "bfloat16", (3072, 1024, 32, 1)), ((64, 3, 7, 7), "bfloat16", None), 1,
                         False) == "narrow"
+    # a transposed convolution's weight is (in, out / groups, k, k): depthwise when each group has one input
+    assert conv_variant(x_nchw, ((64, 1, 2, 2), "bfloat16", None), 64, True) == "depthwise"
+    assert conv_variant(x_nchw, ((64, 32, 2, 2), "bfloat16", None), 1, True) == ""

@@ -144,7 +144,7 @@ fill the tensor cores' tiles and has its own efficiencies (roofline.py)."""
 def conv_variant(x, w, groups: int, transposed: bool) -> str:
     """'depthwise' (one input channel per group), 'narrow' (fewer than NARROW_CHANNELS channels per group on a
     side) or '' (an ordinary convolution), each followed by '.channels_last' when the input is stored so."""
-    cin_g = (w[0][0] if transposed else w[0][1]) if len(w[0]) > 1 else 1
+    cin_g = (w[0][0] // max(1, groups) if transposed else w[0][1]) if len(w[0]) > 1 else 1
     cout_g = (w[0][1] if transposed else w[0][0] // max(1, groups)) if len(w[0]) > 1 else 1
     if groups > 1 and cin_g == 1:
         kind = "depthwise"
