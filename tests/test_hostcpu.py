@@ -84,11 +84,33 @@ COUNTER_SCRIPT = textwrap.dedent("""
         for _ in range(n):
             probe in table
 
+    class Cycle:
+        def __init__(self):
+            self.me = self
+            self.parts = [1, [2]]
+
+    def garbage(n):                 # cyclic garbage: collections start at moments set by the thresholds
+        keep = []
+        for i in range(n):
+            Cycle()
+            keep.append([i, [i]])
+        return keep
+
+    import gc
+    gc.disable()
+    collections = [measure(garbage, 3000)]
+    gc.enable()
+    for threshold in (1, 2, 3, 10, 700):
+        gc.set_threshold(threshold, 2, 2)
+        collections.append(measure(garbage, 3000))
+    gc.set_threshold(700, 10, 10)
+
     few = {Key(0): 0}
     many = {Key(i): i for i in range(64)}
     out = {"calls": [measure(calls, 100), measure(calls, 300)], "heavy": [measure(heavy_calls, 100)],
            "builtins": [measure(builtins, 100), measure(builtins, 300)],
-           "lookups": [measure(lookups, few, Key(0), 50), measure(lookups, many, Key(63), 50)]}
+           "lookups": [measure(lookups, few, Key(0), 50), measure(lookups, many, Key(63), 50)],
+           "gc": collections}
     print(json.dumps(out))
 """)
 
@@ -99,6 +121,17 @@ def run_counter() -> dict:
                           env=env, timeout=120, cwd=str(ROOT))
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
+
+
+def test_counter_counts_the_same_whenever_the_garbage_collector_runs():
+    """A collection starts when the allocations of every thread (the stubs' too) reach a threshold: at any moment,
+    in the framework's code, in the stubs, or as they switch counting on or off. Nothing it runs is counted, and
+    the program's counts are those of a run without collections, whatever the thresholds."""
+    out = run_counter()
+    quiet, *collected = out["gc"]
+    assert quiet[0] >= 3000 and quiet[3] > 3 * 3000            # the program's own calls and lines were counted
+    for counts in collected:
+        assert counts == quiet
 
 
 def test_counter_counts_each_call_once_and_leaves_key_comparisons_out():

@@ -90,8 +90,11 @@ class CpuMeter:
         self._counts_of = lib.phantora_hc_counts
         self.costs = costs
         self.mode = "model"
-        if _gc_hook not in gc.callbacks:
-            gc.callbacks.append(_gc_hook)
+        pause, resume = hooks.phantora_hc_gc_pause, hooks.phantora_hc_gc_resume
+        pause.argtypes, pause.restype, resume.argtypes, resume.restype = [], ctypes.c_int, [], ctypes.c_int
+        _GC_SWITCH[:] = [pause, resume]
+        if _phantora_gc_hook not in gc.callbacks:
+            gc.callbacks.append(_phantora_gc_hook)
         _hook_imports()
 
     def _loc(self):
@@ -281,11 +284,11 @@ def unmetered(fn: Callable) -> Callable:
     wrapped.__phantora_unmetered__ = True   # type: ignore[attr-defined]
     return wrapped
 
-SKIPPED_NAMES = ("__eq__", "__ne__", "__hash__", "_randbelow_with_getrandbits")
+SKIPPED_NAMES = ("__eq__", "__ne__", "__hash__", "_randbelow_with_getrandbits", "_phantora_gc_hook")
 """Functions the counter leaves out, with all they call, because how often they run or what they call depends on
 more than the program: containers call the first three while probing keys, as often as the keys' hashes collide, and
 those hashes may come from object addresses (see csrc/host_counter.cpp); `random`'s rejection sampling draws until
-a draw fits, as often as the (unseeded) generator says."""
+a draw fits, as often as the (unseeded) generator says; the stubs' gc callback runs when a collection does."""
 
 
 def _code_name_offset() -> int:
@@ -316,10 +319,24 @@ def _skip_lookup_calls(lib) -> None:
         raise RuntimeError("the host-work counter cannot reach this interpreter's PyFrame_GetCode / Py_DecRef")
 
 
-def _gc_hook(phase: str, info: dict) -> None:
-    """A garbage collection runs at a moment that depends on allocations the stubs make too: its work (finalizers,
-    weak-reference callbacks) is not counted (model mode)."""
-    METER.enter() if phase == "start" else METER.exit()     # one line: the lines charged back are exact
+def _phantora_gc_hook(phase: str, info: dict) -> None:
+    """A garbage collection runs at a moment that depends on every thread's allocations, the stubs' included: its
+    work (finalizers, weak-reference callbacks) is not counted (model mode). Its name is one the counter skips (this
+    function and what it calls count nothing); the counter switches itself off for the collection and back to the
+    state it found (csrc/host_counter.cpp), whether the collection started in the framework's code, in the stubs or
+    as the stubs switched counting on or off; the meter's depth, raised for the collection, makes the stubs entered
+    by a finalizer nested entries, which charge nothing back."""
+    loc = METER._loc()
+    if phase == "start":
+        _GC_SWITCH[0]()
+        loc.depth += 1
+    else:
+        loc.depth -= 1
+        _GC_SWITCH[1]()
+
+
+_GC_SWITCH: list = []
+"""The counter library's `phantora_hc_gc_pause` and `phantora_hc_gc_resume` (set by `CpuMeter.use_model`)."""
 
 
 def _hook_imports() -> None:

@@ -14,6 +14,12 @@
 // iteration of a loop). It measures how much bytecode the framework runs, which a count of calls cannot tell: a call
 // of a heavy function and one of a light function count one each.
 //
+// A garbage collection runs at a moment that depends on every thread's allocations, the stubs' included, so what it
+// runs (finalizers, weak-reference callbacks) must not be counted, whatever the thread was doing when it started:
+// framework code (counting on), the stubs (off), or the few instructions between the two as the stubs switch.
+// phantora_hc_gc_pause / phantora_hc_gc_resume, called by the stubs' gc callback (itself a skipped name), switch
+// both hooks off for the collection and then restore exactly the state they found.
+//
 // No Python header is needed: the callbacks have the Py_tracefunc signature with opaque pointers; the C-API functions
 // used (PyFrame_GetCode, Py_DecRef, PyEval_SetProfile, PyEval_SetTrace) are found in the running interpreter, and
 // the offset of a code object's co_name is measured by the stubs at start-up (clock.py). phantora_hc_on/off must be
@@ -29,6 +35,8 @@ struct Counts {
     long long skipping;  // frames open inside a skipped call (0: counting)
 };
 thread_local Counts counts = {0, 0, 0, 0};
+thread_local int hooks_on = -1;      // -1: off; otherwise on, with line events (1) or without (0)
+thread_local int before_gc = -1;     // hooks_on when the running collection started
 
 typedef void* (*GetCode)(void*);
 typedef void (*DecRef)(void*);
@@ -88,6 +96,7 @@ __attribute__((visibility("default"))) int phantora_hc_on(int lines) {
     if (set_profile == nullptr || set_trace == nullptr) return -1;
     set_profile(phantora_hc_profile, nullptr);
     if (lines) set_trace(phantora_hc_trace, nullptr);
+    hooks_on = lines ? 1 : 0;
     return 0;
 }
 
@@ -95,6 +104,25 @@ __attribute__((visibility("default"))) int phantora_hc_off() {
     if (set_profile == nullptr || set_trace == nullptr) return -1;
     set_profile(nullptr, nullptr);
     set_trace(nullptr, nullptr);
+    hooks_on = -1;
+    return 0;
+}
+
+// A garbage collection starts on the calling thread: counting off, the state before it kept.
+__attribute__((visibility("default"))) int phantora_hc_gc_pause() {
+    if (set_profile == nullptr || set_trace == nullptr) return -1;
+    before_gc = hooks_on;
+    if (hooks_on >= 0) phantora_hc_off();
+    return 0;
+}
+
+// The collection is over: counting as it was when it started.
+__attribute__((visibility("default"))) int phantora_hc_gc_resume() {
+    if (set_profile == nullptr || set_trace == nullptr) return -1;
+    int state = before_gc;
+    before_gc = -1;
+    if (state >= 0) return phantora_hc_on(state);
+    if (hooks_on >= 0) phantora_hc_off();     // switched on during the collection: off, as it was
     return 0;
 }
 
