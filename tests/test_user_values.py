@@ -5,6 +5,9 @@ checks) and cuDNN's output layout: tests/scripts/user_values.py.
   build's backend choice had turned every output NCHW, so all but the first layer were costed as NCHW.
 - `F.scaled_dot_product_attention` raises where ATen's input validation raises (mask shape or dtype, unequal
   dtypes) instead of running.
+- `nn.Lazy*` modules (made on the device or moved there before their first forward) materialise their parameters and
+  buffers on the device at the first forward and train; their uninitialised parameters were refused at construction
+  (`UninitializedParameter` over a fake tensor).
 """
 
 from __future__ import annotations
@@ -23,4 +26,5 @@ def test_user_visible_values_match_plain_torch(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     ref = json.loads(proc.stdout.strip().splitlines()[-1])
     assert ref["conv_channels_last"] == [True] * 4
+    assert ref["lazy_modules"]["attribute"] == "kept" and all(ref["lazy_modules"]["made"]["uninitialized"])
     assert sim == ref

@@ -6,6 +6,8 @@ tensor to the device stops the rank with a message, `CUDA_BUILD_DTENSOR`) and th
 thread, for the rest of the program. Then it applies:
 - `torch.utils.swap_tensors` that tolerates fake tensors (their fake mode holds weak references to them), used by
   `nn.Module.to()` / `to_empty()`;
+- `nn.UninitializedParameter` / `nn.UninitializedBuffer` (`nn.Lazy*` modules) made of a fake empty tensor, which
+  moves with `.to()` and is materialised on its device by the first forward;
 - `Tensor.data = new` carrying the device and the known value of `new` over to a fake tensor;
 - DeviceMesh bookkeeping (a small CPU tensor of ranks, `nonzero`, `tolist`) with the fake mode unset;
 - no-op Meta and CUDA kernels for `aten::record_stream`;
@@ -150,7 +152,10 @@ def _swap_fake(t1: torch.Tensor, t2: torch.Tensor, keep_attributes: bool = False
     if slots1 != slots2:
         raise RuntimeError("Cannot swap t1 and t2 if they have different slots")
     kept = dict(t1.__dict__) if keep_attributes else {}
-    for name in ("__class__", "__dict__"):
+    # `param.data = new` keeps the parameter's class as well, where that class is already a fake tensor's: an
+    # uninitialised parameter of a lazy module moved with `.to()` stays uninitialised
+    names = ("__dict__",) if keep_attributes and issubclass(type(t1), type(t2)) else ("__class__", "__dict__")
+    for name in names:
         a, b = getattr(t1, name), getattr(t2, name)
         setattr(t1, name, b)
         setattr(t2, name, a)
@@ -191,6 +196,100 @@ def _install_swap() -> None:
 
     swap_tensors.__phantora__ = True   # type: ignore[attr-defined]
     torch.utils.swap_tensors = swap_tensors
+
+
+# ---- lazy modules ----------------------------------------------------------------------------------------------------
+
+class _FakeUninitialized(FakeTensor):
+    """Base of the fake stand-ins for `nn.UninitializedParameter` / `nn.UninitializedBuffer` (below): after the
+    mixin's check of what may be called on an uninitialised tensor, a buffer's methods return uninitialised buffers,
+    as `Tensor.__torch_function__` makes them on a GPU (`.cuda()`, `.half()`). A parameter's class stops at
+    `Parameter`'s, which returns plain tensors, as on a GPU."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        with torch._C.DisableTorchFunctionSubclass():
+            ret = func(*args, **(kwargs or {}))
+        if func in torch.overrides.get_default_nowrap_functions():
+            return ret
+        return _as_fake_subclass(ret, cls)
+
+
+def _as_fake_subclass(ret: Any, cls: type) -> Any:
+    """`ret.as_subclass(cls)` for fake results (a fake tensor cannot be re-wrapped: its class is changed instead)."""
+    if isinstance(ret, FakeTensor) and not isinstance(ret, cls):
+        ret.__class__ = cls
+    elif isinstance(ret, (tuple, list)):
+        ret = type(ret)(_as_fake_subclass(r, cls) for r in ret)
+    return ret
+
+
+_FAKE_UNINITIALIZED: dict[type, type] = {}
+_PROGRAM_MODES: list = []      # the interceptor: on the dispatch-mode stack while the program (not a dispatch) runs
+
+
+def _program_runs() -> bool:
+    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+    return bool(_PROGRAM_MODES) and _PROGRAM_MODES[0] in _get_current_dispatch_mode_stack()
+
+
+def _fake_uninitialized_class(cls: type) -> type:
+    """The fake counterpart of an uninitialised tensor class: the class itself (its name, its checks, `materialize`)
+    over a fake tensor, becoming a plain fake tensor when materialised (a parameter keeps `_is_param`, so it is a
+    `Parameter` to `isinstance` like every fake parameter). Its `shape` raises the class's error to the program; the
+    fake mode's dispatch of the ops allowed on it (`.to()`, `.data`) reads its size, which C++ reads on a GPU."""
+    if issubclass(cls, FakeTensor):
+        return cls
+    fake = _FAKE_UNINITIALIZED.get(cls)
+    if fake is None:
+        program_shape = cls.shape.fget
+
+        def shape(self):
+            return program_shape(self) if _program_runs() else self.size()
+
+        def __reduce_ex__(self, proto):
+            return (cls, (self.requires_grad,))
+        fake = type(cls)(cls.__name__, (cls, _FakeUninitialized),
+                         {"cls_to_become": FakeTensor, "shape": property(shape), "__reduce_ex__": __reduce_ex__,
+                          "__module__": cls.__module__, "__qualname__": cls.__qualname__})
+        _FAKE_UNINITIALIZED[cls] = fake
+    return fake
+
+
+def _install_uninitialized() -> None:
+    """`nn.Lazy*` modules hold `UninitializedParameter` / `UninitializedBuffer`s until their first forward. Their
+    constructors wrap `torch.empty(0)` with `Tensor._make_subclass`, which refuses a fake tensor (it already is a
+    `FakeTensor`). Under the fake mode they are made of the fake empty tensor instead, given the fake counterpart of
+    the class: they move with `.to()` / `.cuda()`, and `materialize` (the first forward) gives them a fake tensor of
+    the inferred shape on their device, as on a GPU."""
+    from torch.nn.parameter import UninitializedBuffer, UninitializedParameter
+
+    if "uninitialized" in _PATCHED:
+        return
+    _PATCHED["uninitialized"] = (UninitializedParameter.__new__, UninitializedBuffer.__new__)
+    param_new, buffer_new = _PATCHED["uninitialized"]
+
+    def parameter(cls, requires_grad=True, device=None, dtype=None):
+        data = torch.empty(0, device=device, dtype=dtype)
+        if not isinstance(data, FakeTensor):
+            return param_new(cls, requires_grad, device, dtype)
+        data.requires_grad_(requires_grad)
+        data._is_param = True
+        data.__class__ = _fake_uninitialized_class(cls)
+        return data
+
+    def buffer(cls, requires_grad=False, device=None, dtype=None, persistent=True):
+        data = torch.empty(0, device=device, dtype=dtype)
+        if not isinstance(data, FakeTensor):
+            return buffer_new(cls, requires_grad, device, dtype, persistent)
+        data.requires_grad_(requires_grad)
+        data.__class__ = _fake_uninitialized_class(cls)
+        data.persistent = persistent
+        data._is_buffer = True
+        return data
+
+    UninitializedParameter.__new__ = parameter
+    UninitializedBuffer.__new__ = buffer
 
 
 # ---- DeviceMesh ------------------------------------------------------------------------------------------------------
@@ -768,6 +867,7 @@ def install(ctx) -> None:
     if ctx.fake_mode is not None:
         return
     _install_swap()
+    _install_uninitialized()
     _install_data_pointers()
     _install_data_setter()
     _install_format()
@@ -801,6 +901,7 @@ def install(ctx) -> None:
     _mark_cuda_initialized()
     mode = make_fake_mode(bool(ctx.extras.get("cuda_build")))
     ictp = interceptor.Interceptor(ctx)
+    _PROGRAM_MODES[:] = [ictp]
     mode.__enter__()
     ictp.__enter__()
     ctx.fake_mode = mode

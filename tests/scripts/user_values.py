@@ -1,4 +1,4 @@
-"""What a user reads from a run: layouts of convolutions, SDPA's input errors.
+"""What a user reads from a run: layouts of convolutions, SDPA's input errors, lazy modules.
 Prints one JSON line; the test compares it with plain CPU torch and with what cuDNN does on a GPU."""
 import json
 import sys
@@ -37,5 +37,33 @@ for name, k, mask in [("mask_length", q, torch.ones(2, 1, 1, 20, dtype=torch.boo
     except RuntimeError as e:
         errors[name] = type(e).__name__
 out["sdpa_errors"] = errors
+
+# lazy modules: uninitialised until the first forward, moved with .to() or made on the device, then trained
+from torch.nn.parameter import UninitializedParameter, is_lazy  # noqa: E402
+lazy = {}
+moved = nn.Sequential(nn.LazyConv2d(4, 3), nn.LazyBatchNorm2d(), nn.ReLU(), nn.Flatten(), nn.LazyLinear(5))
+moved[4].weight.tag = "kept"                       # a parameter's own attribute survives .to() and the first forward
+moved = moved.to(dev)
+made = nn.Sequential(nn.LazyLinear(8, device=dev), nn.ReLU(), nn.LazyLinear(3, device=dev))
+for name, model, x in [("moved", moved, torch.randn(2, 3, 6, 6, device=dev)),
+                       ("made", made, torch.randn(4, 5, device=dev))]:
+    before = [isinstance(p, UninitializedParameter) for p in model.parameters()]
+    try:
+        next(model.parameters()).shape
+        shape_error = None
+    except RuntimeError as e:
+        shape_error = type(e).__name__
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    for _ in range(2):
+        model(x).square().mean().backward()
+        opt.step()
+        opt.zero_grad()
+    lazy[name] = {"uninitialized": before, "shape_error": shape_error,
+                  "params": [(list(p.shape), p.device.type == x.device.type, isinstance(p, nn.Parameter), is_lazy(p),
+                              p.is_leaf) for p in model.parameters()],
+                  "buffers": [(list(b.shape), b.device.type == x.device.type) for b in model.buffers()],
+                  "modules": [type(m).__name__ for m in model], "optimizer_state": [len(v) for v in opt.state.values()]}
+lazy["attribute"] = getattr(moved[4].weight, "tag", None)
+out["lazy_modules"] = lazy
 
 print(json.dumps(out))
