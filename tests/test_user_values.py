@@ -8,6 +8,8 @@ checks) and cuDNN's output layout: tests/scripts/user_values.py.
 - `nn.Lazy*` modules (made on the device or moved there before their first forward) materialise their parameters and
   buffers on the device at the first forward and train; their uninitialised parameters were refused at construction
   (`UninitializedParameter` over a fake tensor).
+- Sums and means of tensors filled with one value (`torch.ones`, `full`, `fill_`, a copy of one) read their real
+  value at any size: a token count from an all-ones mask read 0 and a division by it raised in the rank.
 """
 
 from __future__ import annotations

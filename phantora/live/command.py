@@ -37,8 +37,8 @@ def _write_json(path: str, data: dict) -> bool:
 VALUES_NOTE = ("tensors hold no data: reading a value (.item(), .tolist(), printing a tensor) gives a placeholder "
                "(0, 0.0, False), so losses and gradient norms print 0.0; only small tensors (up to 64 elements; 4096 for integer tensors, "
                "2^24 on the host: a sampler's permutation) made from host data (torch.tensor, full, arange, small random draws) and what is computed from them "
-               "alone read their real values, also through all_reduce, broadcast and all_gather; an fp16 loss scaler never sees an overflow, so it never "
-               "skips a step or lowers its scale (docs/stubs.md)")
+               "alone read their real values, also through all_reduce, broadcast and all_gather, as do tensors of any size filled with one value "
+               "(ones, zeros, full, fill_) and their sums; an fp16 loss scaler never sees an overflow, so it never skips a step or lowers its scale (docs/stubs.md)")
 
 
 def _positive_seconds(ctx, param, value):

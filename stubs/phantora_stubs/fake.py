@@ -175,7 +175,13 @@ def _swap_fake(t1: torch.Tensor, t2: torch.Tensor, keep_attributes: bool = False
         elif h2:
             delattr(t2, slot)
     torch._C._swap_tensor_impl(t1, t2)
-    VALUES.swap(t1, t2)
+    # the value table's bookkeeping, which a GPU run does not do, is not the framework's work: uncounted (its cost
+    # depends on how many tensors the garbage collector has yet to free)
+    METER.enter(1)
+    try:
+        VALUES.swap(t1, t2)
+    finally:
+        METER.exit()
 
 
 _MODULE_APPLY_CODE = torch.nn.Module._apply.__code__

@@ -25,6 +25,7 @@ collective) is seen by its base and the other views, and a view written with unk
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import torch
@@ -99,7 +100,16 @@ _ABSORBING = {"bitwise_or": True, "bitwise_or_": True, "logical_or": True, "logi
 _UNIFORM_SAME = {"clone", "detach", "alias", "view", "_unsafe_view", "reshape", "expand", "lift_fresh", "t",
                  "transpose", "permute", "squeeze", "unsqueeze", "flatten", "contiguous", "slice", "select"}
 _UNIFORM = {"all", "any", "logical_not", "bitwise_not", "logical_and", "logical_or", "bitwise_and", "bitwise_or",
-            "__and__", "__or__", "__invert__", "_to_copy", "amax", "amin"} | _UNIFORM_SAME
+            "__and__", "__or__", "__invert__", "_to_copy", "amax", "amin", "max", "min", "mean", "sum", "nansum",
+            "add", "add_", "sub", "sub_", "rsub", "mul", "mul_", "div", "div_", "true_divide", "neg", "abs",
+            "eq", "ne", "lt", "le", "gt", "ge", "where", "masked_fill", "masked_fill_", "clamp", "clamp_min",
+            "clamp_max", "pow", "sqrt", "rsqrt", "reciprocal"} | _UNIFORM_SAME
+# Reductions whose result over n equal elements is n times the element's.
+_UNIFORM_SUMS = {"sum", "nansum"}
+# Factories that fill every element with one value: packet -> schema position of the value (None: the value
+# named below)
+_CONSTANT = {"ones": 1, "ones_like": 1, "new_ones": 1, "zeros": 0, "zeros_like": 0, "new_zeros": 0,
+             "full": "fill_value", "full_like": "fill_value", "new_full": "fill_value"}
 # Ops that write a "found inf/NaN" flag: under the no-inf assumption the flag keeps its (known) value.
 # packet name -> schema position of the flag argument
 _ASSUME_FINITE = {"_amp_foreach_non_finite_check_and_unscale_": 1, "_amp_foreach_non_finite_check_and_unscale": 1}
@@ -138,6 +148,9 @@ class ValueTable:
         """Storages of known values that a view shares (their data pointers): dropping one of them drops all."""
         self.uniform: WeakIdKeyDictionary = WeakIdKeyDictionary()
         """Tensors too large for the table known to hold one value everywhere (a Python scalar)."""
+        self._uniform_storages: dict[int, list] = {}
+        """The uniform tensors by storage (`storage_key`: weak references), so that a write finds the aliases of
+        what it writes without a scan of every uniform tensor (optimizer states begin as `zeros_like`)."""
 
     def _note(self, real: torch.Tensor) -> None:
         ptr = real.untyped_storage().data_ptr()
@@ -184,16 +197,28 @@ class ValueTable:
 
     def set_uniform(self, fake: torch.Tensor, value: Any) -> None:
         """`fake` holds `value` in every element (for tensors too large for the table)."""
+        if fake not in self.uniform:
+            key = storage_key(fake)
+            if key:
+                refs = self._uniform_storages.setdefault(key, [])
+                refs[:] = [r for r in refs if r() is not None]
+                refs.append(weakref.ref(fake))
         self.uniform[fake] = value
+        if len(self._uniform_storages) > 2 * len(self.uniform) + 1024:      # storages of tensors gone
+            self._uniform_storages = {k: live for k, refs in self._uniform_storages.items()
+                                      if (live := [r for r in refs if r() is not None])}
 
     def _drop_uniform(self, fake: Any) -> None:
         """`fake` is written: it, and every tensor sharing its storage (a view, a detached alias), no longer holds
         one known value."""
         if not self.uniform or not isinstance(fake, FakeTensor):
             return
+        self.uniform.pop(fake, None)
         key = storage_key(fake)
-        for t in [t for t in self.uniform.keys() if t is fake or (key and storage_key(t) == key)]:
-            self.uniform.pop(t, None)
+        for ref in self._uniform_storages.pop(key, ()) if key else ():
+            t = ref()
+            if t is not None and storage_key(t) == key:
+                self.uniform.pop(t, None)
 
     def drop(self, fake: Any) -> None:
         if not isinstance(fake, FakeTensor):
@@ -210,9 +235,9 @@ class ValueTable:
     def swap(self, a: torch.Tensor, b: torch.Tensor) -> None:
         ua, ub = self.uniform.pop(a, None), self.uniform.pop(b, None)
         if ub is not None:
-            self.uniform[a] = ub
+            self.set_uniform(a, ub)
         if ua is not None:
-            self.uniform[b] = ua
+            self.set_uniform(b, ua)
         va, vb = self.table.pop(a, None), self.table.pop(b, None)
         if vb is not None:
             self.table[a] = vb
@@ -276,14 +301,23 @@ class ValueTable:
                     with unset_fake_temporarily():
                         self.table[o] = torch.zeros(tuple(o.shape), dtype=o.dtype, device="cpu")
             return
-        if self.uniform:
+        outs = [o for o in pytree.tree_leaves(out) if isinstance(o, torch.Tensor)]
+        large = not all(small_enough(o) for o in outs)
+        constant = large and (packet in _CONSTANT or packet in ("fill_", "zero_", "copy_"))
+        if self.uniform or constant:
+            found = None
+            if constant:
+                found = self._constant_result(packet, args, kwargs, out)
+            elif packet in _UNIFORM:
+                found = self._uniform_result(func, packet, args, kwargs, out)
             for m in self._mutated_args(func, args, kwargs):        # written: its aliases lose their one value
                 for t in pytree.tree_leaves(m):
                     self._drop_uniform(t)
-            if packet in _UNIFORM and self._uniform_result(func, packet, args, kwargs, out):
+            if found is not None:
+                for f, v in found:
+                    self._set_everywhere(f, v)
                 return
-        outs = [o for o in pytree.tree_leaves(out) if isinstance(o, torch.Tensor)]
-        if not all(small_enough(o) for o in outs):
+        if large:
             self.forget_mutated(func, args, kwargs)
             return
         ra = self.real_args(args, kwargs)
@@ -320,18 +354,50 @@ class ValueTable:
                 if isinstance(f, FakeTensor) and isinstance(r, torch.Tensor) and tuple(f.shape) == tuple(r.shape):
                     self.table[f] = r
 
-    def _uniform_result(self, func: Any, packet: str, args: tuple, kwargs: dict, out: Any) -> bool:
+    def _constant_result(self, packet: str, args: tuple, kwargs: dict, out: Any) -> list | None:
+        """A factory that fills a tensor too large for the table with one value (`torch.ones`, `full`, `fill_`,
+        `zero_`, a copy from a tensor holding one value): [(output, value)], or None where the value is not a known
+        number."""
+        if packet == "zero_":
+            value: Any = 0
+        elif packet == "fill_":
+            value = args[1] if len(args) > 1 else None
+        elif packet == "copy_":                 # every element of the destination gets the source's one value
+            value = self.uniform.get(args[1]) if len(args) > 1 and isinstance(args[1], FakeTensor) else None
+            if value is None:
+                return None
+        else:
+            pos = _CONSTANT[packet]
+            if isinstance(pos, str):
+                value = kwargs.get(pos)
+                if value is None:
+                    value = next((a for a in args[1:] if isinstance(a, (bool, int, float))), None)
+            else:
+                value = pos
+        if isinstance(value, torch.Tensor):
+            known = self.get(value)
+            if known is None or known.numel() != 1:
+                return None
+            with unset_fake_temporarily():
+                value = known.reshape(()).item()
+        if not isinstance(value, (bool, int, float)):
+            return None
+        found = []
+        for f in pytree.tree_leaves(out):
+            if isinstance(f, FakeTensor):
+                with unset_fake_temporarily():
+                    found.append((f, torch.full((), value, dtype=f.dtype, device="cpu").item()))
+        return found or None
+
+    def _uniform_result(self, func: Any, packet: str, args: tuple, kwargs: dict, out: Any) -> list | None:
         """An op of `_UNIFORM` with an operand known to hold one value everywhere (and the others so, or known 0-d
         values): computed on one element of each, its result holds that value everywhere (a view or a copy of such
-        a tensor holds its value). False: not such a case."""
+        a tensor holds its value; a sum over n elements n times it): [(output, value)]. None: not such a case."""
         if packet in _UNIFORM_SAME:
             v = self.uniform.get(args[0]) if args and isinstance(args[0], FakeTensor) else None
             if v is None:
-                return False
-            for f in pytree.tree_leaves(out):
-                if isinstance(f, FakeTensor):
-                    self._set_everywhere(f, v)
-            return True
+                return None
+            return [(f, v) for f in pytree.tree_leaves(out) if isinstance(f, FakeTensor)] or None
         leaves, spec = pytree.tree_flatten((args, kwargs))
         reps = []
         uniform = False
@@ -345,15 +411,15 @@ class ValueTable:
                 else:
                     known = self.table.get(x)
                     if known is None or known.dim() != 0:
-                        return False
+                        return None
                     x = known
             elif isinstance(x, torch.Tensor):
-                return False
+                return None
             elif isinstance(x, torch.device) and x.type != "cpu":
                 x = torch.device("cpu")
             reps.append(x)
         if not uniform:
-            return False
+            return None
         a, k = pytree.tree_unflatten(reps, spec)
         if k.get("device") is not None:
             k["device"] = torch.device("cpu")
@@ -361,17 +427,21 @@ class ValueTable:
             with unset_fake_temporarily():
                 real = func(*a, **k)
         except Exception:  # noqa: BLE001 - not computable on one element: the ordinary rule applies
-            return False
+            return None
         fakes, reals = pytree.tree_leaves(out), pytree.tree_leaves(real)
         if len(fakes) != len(reals):
-            return False
+            return None
         for f, r in zip(fakes, reals):
             if not isinstance(f, FakeTensor) or not isinstance(r, torch.Tensor) or r.numel() != 1:
-                return False
+                return None
+        found = []
+        src = args[0] if args and isinstance(args[0], torch.Tensor) else None
         for f, r in zip(fakes, reals):
             with unset_fake_temporarily():
-                self._set_everywhere(f, r.reshape(()).item())
-        return True
+                if packet in _UNIFORM_SUMS and src is not None and f.numel():
+                    r = r * (src.numel() // f.numel())
+                found.append((f, r.reshape(()).item()))
+        return found
 
     def _set_everywhere(self, f: torch.Tensor, value: Any) -> None:
         """`f` holds `value` in every element: in the table when small enough, else as a uniform value."""
@@ -379,7 +449,7 @@ class ValueTable:
             with unset_fake_temporarily():
                 self.set(f, torch.full(tuple(f.shape), value, dtype=f.dtype, device="cpu"))
         else:
-            self.uniform[f] = value
+            self.set_uniform(f, value)
 
     def _overwritten(self, args: tuple) -> bool:
         """`dst.copy_(src)` with `src` known and `dst` not: every element of `dst` is overwritten, so it is known
@@ -464,6 +534,9 @@ class ValueTable:
         with unset_fake_temporarily():
             if v is not None:
                 return v.detach().clone()
+            one = self.uniform.get(t) if isinstance(t, FakeTensor) else None
+            if one is not None:
+                return torch.full(tuple(t.shape), one, dtype=t.dtype, device="cpu")
             return torch.zeros(tuple(t.shape), dtype=t.dtype, device="cpu")
 
     def has_value(self, t: torch.Tensor) -> bool:

@@ -1,4 +1,5 @@
-"""What a user reads from a run: layouts of convolutions, SDPA's input errors, lazy modules.
+"""What a user reads from a run: layouts of convolutions, SDPA's input errors, lazy modules, counts from constant
+tensors.
 Prints one JSON line; the test compares it with plain CPU torch and with what cuDNN does on a GPU."""
 import json
 import sys
@@ -66,4 +67,17 @@ for name, model, x in [("moved", moved, torch.randn(2, 3, 6, 6, device=dev)),
 lazy["attribute"] = getattr(moved[4].weight, "tag", None)
 out["lazy_modules"] = lazy
 
+# counts and sums of constant tensors of any size
+mask = torch.ones(2, 128, device=dev)
+out["ones_sum"] = mask.sum().item()
+out["ones_mean"] = mask.mean().item()
+out["host_ones_sum"] = torch.ones(4, 300).to(dev).sum().item()
+z = torch.empty(3, 500, device=dev)
+z.fill_(1.5)
+z.mul_(2)
+out["filled_sum"] = z.sum().item()
+out["full_rows"] = torch.full((8, 64), 2, device=dev, dtype=torch.int64).sum(dim=1)[3].item()
+part = torch.ones(4, 100, device=dev)
+part[:, :10] = 0
+out["partly_written_is_not_ones"] = part.sum().item() != 400.0 or dev == "cpu"
 print(json.dumps(out))
