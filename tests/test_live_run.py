@@ -67,7 +67,9 @@ def test_torchrun_environment_and_values_across_ranks(tmp_path):
         assert r["bcast"] == [(world - 1) * 10]
         assert r["gathered"] == [2.0 * k for k in range(world)]
         assert r["ids_ok"] is True                   # a long integer id list (DeepSpeed ZeRO-3's) keeps its values
-        assert r["floats_from_root"] == 0.0          # a long float tensor holds no values: placeholders
+        # a long float tensor, filled with rank + 1, broadcast: too big to carry; the root keeps its constant, the
+        # receivers forget theirs (stale) and read placeholders
+        assert r["floats_from_root"] == (1.0 if r["rank"] == 0 else 0.0)
         assert r["a2a"] == [k * 100 + r["rank"] for k in range(world)]    # chunk r of every rank's list
         # unequal sizes: rank k sent rank r r + 1 copies of k * 100 + r, in every form
         expect = [[k * 100 + r["rank"]] * (r["rank"] + 1) for k in range(world)]
@@ -388,6 +390,22 @@ def test_live_collectives_last_what_the_network_model_says(tmp_path):
         durations = big["end"] - big["start"]
     # the gradients' all-reduces do not overlap one another (one communication stream), so each runs alone
     np.testing.assert_allclose(durations, expected.time_us * 1e-6, rtol=1e-9)
+
+
+@pytest.mark.parametrize("ranks", ["auto", "all"])
+def test_a_device_mesh_made_before_any_process_group(ranks):
+    """`init_device_mesh` calls the `init_process_group` that `torch.distributed.device_mesh` imported by name: the
+    simulated one, as `dist.init_process_group` is. The original's TCP rendezvous waited, silently and for ever, for
+    the ranks that `--ranks auto` does not start. The all-reduce's value: the members' rank + 1 summed (under
+    `auto` every member mirrors rank 0, which contributes 1)."""
+    world = 2
+    proc = phantora_run("--gpus-per-node", str(world), "--ranks", ranks, "--no-trace", "--", "python",
+                        str(SCRIPTS / "mesh_without_init.py"), timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = results(proc.stdout)
+    assert res and all(r["world"] == world for r in res)
+    total = float(sum(range(1, world + 1))) if ranks == "all" else float(world)
+    assert all(r["sum"] == [total] * 4 for r in res)
 
 
 def test_ranks_auto_equals_all_and_replay_reproduces_the_live_run(tmp_path):

@@ -15,6 +15,7 @@ still answers the name the program asked for. The pieces:
 
 from __future__ import annotations
 
+import sys
 from datetime import timedelta
 
 import torch.distributed as dist
@@ -29,11 +30,34 @@ from .dist_p2p import _wrap_batch_isend_irecv
 
 # ---- installation ---------------------------------------------------------------------------------------------------
 
+REBOUND = ("init_process_group",)
+"""c10d functions the stubs replace that modules import by name (`torch.distributed.device_mesh` imports
+`init_process_group`): a module loaded before the replacement would keep the original."""
+
+
+def _rebind(originals: dict, c10d) -> None:
+    """Point every loaded module's reference to an original c10d function at its replacement. Without it,
+    `init_device_mesh` with no process group yet called the original `init_process_group`, whose TCP rendezvous
+    waited for ranks that a run simulating only some of them never starts (`--ranks auto`): a silent hang."""
+    swaps = {id(old): (old, getattr(c10d, name)) for name, old in originals.items()
+             if old is not None and getattr(c10d, name) is not old}
+    if not swaps:
+        return
+    for module in list(sys.modules.values()):
+        namespace = getattr(module, "__dict__", None)
+        if not isinstance(namespace, dict) or module is c10d:
+            continue
+        for key, value in list(namespace.items()):
+            hit = swaps.get(id(value))
+            if hit is not None and hit[0] is value:
+                namespace[key] = hit[1]
+
 def install(ctx) -> None:
     """Register the backend and patch torch.distributed (idempotent)."""
     if not dist.is_available() or ctx.extras.get("distributed_installed"):
         return
     c10d = dist.distributed_c10d
+    originals = {name: getattr(c10d, name, None) for name in REBOUND}
     if "phantora" not in dist.Backend.backend_list:
         dist.Backend.register_backend("phantora", _create_phantora_pg, devices=["cpu", "cuda"])
     install_backward_join()                     # collectives' futures asked for in a backward pass (dist_emit.py)
@@ -69,4 +93,5 @@ def install(ctx) -> None:
     dist._broadcast_coalesced = broadcast_coalesced
     import torch.distributed.utils as dist_utils
     dist_utils._verify_param_shape_across_processes = verify_param_shapes
+    _rebind(originals, c10d)
     ctx.extras["distributed_installed"] = True

@@ -8,7 +8,9 @@ receiver asks whatever it holds, since the result is the root's. A rank
 simulated alone stands for every member of the group (each mirrors it), so an all-reduce SUM of x gives size × x.
 Ranks mirrored in a live run (`--ranks auto`) contribute the value of the rank they mirror.
 
-Large tensors carry model data, whose values are never known: nothing is exchanged for them.
+Large tensors carry model data, whose values are never known: nothing is exchanged for them. One that holds a known
+constant (`torch.ones`, values.py) and is written by a collective or a receive forgets it: the value it held is
+stale (until 2026-11-30 a broadcast left each receiver its own constant).
 """
 
 from __future__ import annotations
@@ -86,6 +88,7 @@ def reduce_kind(opts: Any) -> str | None:
 
 def all_reduce(gid: int, tensors: list[torch.Tensor], opts: Any, event: int | None) -> None:
     if not _small(tensors):
+        _store(tensors, None)            # too big to carry: a value they held (one constant) is stale
         return
     kind = reduce_kind(opts)
     payload = _payload(tensors) if kind else None
@@ -99,6 +102,8 @@ def reduce(gid: int, tensors: list[torch.Tensor], opts: Any, root: int, me: int,
     """The root's tensors receive the members' reduction, as all_reduce computes it; the others keep theirs (NCCL's
     reduce writes only the root's buffer)."""
     if not _small(tensors):
+        if me == root:
+            _store(tensors, None)
         return
     kind = reduce_kind(opts)
     payload = _payload(tensors) if kind else None
@@ -126,6 +131,8 @@ def reduce_scatter_into(gid: int, output: torch.Tensor, input: torch.Tensor, opt
 
 def broadcast(gid: int, tensors: list[torch.Tensor], root: int, me: int, event: int | None) -> None:
     if not _small(tensors):
+        if me != root:
+            _store(tensors, None)
         return
     payload = _payload(tensors)
     if me == root and payload is None:
@@ -333,6 +340,7 @@ def functional(name: str, gid: int, args: tuple, kwargs: dict, out: Any, me: int
     if name in ("all_reduce", "all_reduce_"):
         op = args[1] if len(args) > 1 else kwargs.get("reduce_op")
         if not _small([inp]):
+            _store([out], None)
             return
         kind = reduce_kind(op) if isinstance(op, str) else None
         payload = _payload([inp]) if kind else None
@@ -398,6 +406,7 @@ def p2p_recv(gid: int, src: int, dst: int, tensors: list[torch.Tensor], event: i
     """
     from .comm import at_group_end, in_group
     if not _p2p_carries(tensors):
+        _store(tensors, None)                # what they held is overwritten with what no one here knows
         return
     key = _p2p_key(gid, src, dst)              # in program order, as the sender's
     if in_group():

@@ -631,6 +631,9 @@ def _install_tensor_readers(ctx) -> None:
             if self.device.type == "cuda" and not force:
                 raise TypeError(f"can't convert {self.device} device type tensor to numpy. Use Tensor.cpu() to "
                                 "copy the tensor to host memory first.")
+            if not force and torch.is_grad_enabled() and self.requires_grad:     # ATen's next check
+                raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() "
+                                   "instead.")
             _host_read(self)
             real = VALUES.real_or_zeros(self)
             with unset_fake_temporarily():

@@ -80,4 +80,11 @@ out["full_rows"] = torch.full((8, 64), 2, device=dev, dtype=torch.int64).sum(dim
 part = torch.ones(4, 100, device=dev)
 part[:, :10] = 0
 out["partly_written_is_not_ones"] = part.sum().item() != 400.0 or dev == "cpu"
+# a tensor that requires grad read into numpy: ATen refuses it, on the host as on the GPU
+w = torch.ones(3, device=dev, requires_grad=True)
+try:
+    (w * 2).sum().cpu().numpy()
+    out["numpy_requires_grad"] = None
+except RuntimeError as e:
+    out["numpy_requires_grad"] = type(e).__name__
 print(json.dumps(out))
