@@ -15,7 +15,7 @@ lin.weight.data = lin.weight.to("cuda", torch.bfloat16)
 t = torch.tensor([1.0, 2.0])
 t.data = torch.tensor([5.0, 6.0, 7.0], device="cuda")
 u = torch.tensor([3.0])
-u.data = torch.ones(1000, device="cuda")[:2]          # too large for a known value: the old one is forgotten
+u.data = torch.randn(1000, device="cuda")[:2]         # no known value (random, too large): the old one is forgotten
 model = torch.nn.Sequential(*[torch.nn.Linear(256, 256) for _ in range(3)])   # on the CPU
 for layer in model:
     fully_shard(layer)
